@@ -1,0 +1,208 @@
+"""The HTTP face of one environment server (aiohttp).
+
+One catch-all route and our own dispatch table: it lets us strip NeMo-Gym's
+``/ng-rollout/<id>/`` observability prefix before routing (aiohttp resolves routes before
+middlewares run) and keeps every error a JSON ``{error, detail}``.
+
+Routes
+  GET  /                 {"status": "ok"}           (NeMo-Gym liveness)
+  GET  /health           readiness incl. the environment's dependencies (503 when not ready)
+  GET  /metrics          Prometheus text
+  GET  /info             name, domain, version, row fields, config, tools
+  GET  /reverify_mode    "stateless" | "unsupported"
+  POST /verify           row + response -> row echoed + reward (+ components, diagnostics)
+  POST /seed_session     row -> {"session_id"} + session cookie
+  POST /aggregate_metrics
+  POST /<tool_name>      tool call within the session named by the cookie
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import resource
+import signal
+import socket
+from typing import Any, Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+from servers.environment import Environment
+from servers.service import EnvService, error
+from servers.wire import SESSION_COOKIE
+
+log = logging.getLogger("verigym.server")
+
+_ROLLOUT_PREFIX = re.compile(r"^/ng-rollout/[A-Za-z0-9][A-Za-z0-9._-]*(/.*)?$")
+SESSION_HEADER = "X-Verigym-Session"
+
+
+def _json(status: int, body: Any, *, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+                        content_type="application/json", headers=headers)
+
+
+class EnvServer:
+    """Builds the aiohttp application around an :class:`EnvService`."""
+
+    def __init__(self, env: Environment):
+        self.service = EnvService(env)
+        self.env = env
+        self.max_body = int(env.config.max_body_mb * 1024 * 1024)
+        self._get: dict[str, Callable[[web.Request], Awaitable[web.Response]]] = {
+            "/": self._root, "/health": self._health, "/metrics": self._metrics, "/info": self._info,
+            "/reverify_mode": self._reverify_mode,
+        }
+
+    def make_app(self) -> web.Application:
+        # client_max_size is enforced by aiohttp while reading, so an oversized body is never buffered whole.
+        app = web.Application(client_max_size=self.max_body)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    async def dispatch(self, request: web.Request) -> web.Response:
+        path = request.path
+        match = _ROLLOUT_PREFIX.match(path)
+        if match:
+            path = match.group(1) or "/"
+        path = path.rstrip("/") or "/"
+        route = path if path in self._get or path in ("/verify", "/seed_session", "/aggregate_metrics") else "tool"
+        try:
+            response = await self._route(request, path)
+        except Exception as exc:  # noqa: BLE001 - the server keeps serving whatever a handler does
+            log.exception("unhandled error on %s", path)
+            response = _json(*error(500, f"internal error: {type(exc).__name__}: {exc}"))
+        self.service.metrics.observe_request(route, response.status)
+        return response
+
+    async def _route(self, request: web.Request, path: str) -> web.Response:
+        if request.method == "GET":
+            handler = self._get.get(path)
+            if handler is None:
+                return _json(*error(404, f"no GET route {path}", {"routes": sorted(self._get)}))
+            return await handler(request)
+        if request.method != "POST":
+            return _json(*error(405, f"method {request.method} not allowed on {path}"))
+        if self.service.draining:
+            return _json(*error(503, "server is shutting down"), headers={"Retry-After": "1"})
+
+        body = await self._read_json(request)
+        if isinstance(body, web.Response):
+            return body
+        session_id = request.cookies.get(SESSION_COOKIE) or request.headers.get(SESSION_HEADER)
+        if path == "/verify":
+            status, reply = await self.service.verify(body, session_id)
+            headers = {"Retry-After": "1"} if status == 503 else None
+            return _json(status, reply, headers=headers)
+        if path == "/seed_session":
+            status, reply, new_id = await self.service.seed_session(body)
+            response = _json(status, reply, headers={"Retry-After": "1"} if status == 503 else None)
+            if new_id:
+                response.set_cookie(SESSION_COOKIE, new_id, httponly=True, samesite="Lax")
+            return response
+        if path == "/aggregate_metrics":
+            return _json(*await self.service.aggregate(body))
+        name = path[1:]
+        if "/" in name:
+            return _json(*error(404, f"no route {path}"))
+        return _json(*await self.service.call_tool(name, body, session_id))
+
+    async def _read_json(self, request: web.Request) -> Any:
+        if request.content_length is not None and request.content_length > self.max_body:
+            return _json(*error(413, f"request body of {request.content_length} bytes is over the "
+                                     f"{self.max_body}-byte limit (config max_body_mb)"))
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _json(*error(413, f"request body is over the {self.max_body}-byte limit (config max_body_mb)"))
+        if not raw:
+            return {}
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return _json(*error(400, "malformed JSON in request body", str(exc)))
+
+    async def _root(self, _: web.Request) -> web.Response:
+        return _json(200, {"status": "ok"})
+
+    async def _health(self, _: web.Request) -> web.Response:
+        return _json(*await self.service.health())
+
+    async def _info(self, _: web.Request) -> web.Response:
+        return _json(*self.service.info())
+
+    async def _reverify_mode(self, _: web.Request) -> web.Response:
+        stateful = self.env.stateful or bool(self.env.tools())
+        return _json(200, "unsupported" if stateful else "stateless")
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(text=self.service.metrics.render(sessions=len(self.service.sessions)),
+                            content_type="text/plain", charset="utf-8")
+
+
+def raise_fd_limit() -> None:
+    """Thousands of concurrent connections need thousands of descriptors: lift soft to hard."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(8192)
+    sock.setblocking(False)
+    return sock
+
+
+class RunningServer:
+    """A started server: ``url``, and ``await stop()`` (drain in-flight, then close)."""
+
+    def __init__(self, server: EnvServer, runner: web.AppRunner, site: web.SockSite, url: str):
+        self.server, self.runner, self.site, self.url = server, runner, site, url
+
+    async def stop(self, drain_timeout: float = 30.0) -> None:
+        service = self.server.service
+        service.draining = True
+        await self.site.stop()  # stop accepting new connections
+        deadline = asyncio.get_running_loop().time() + drain_timeout
+        while service.in_flight or service.metrics.queued:
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("drain timeout: %d verifications still in flight", service.in_flight)
+                break
+            await asyncio.sleep(0.02)
+        await self.runner.cleanup()
+        await service.stop()
+
+
+async def start_server(env: Environment, host: str = "127.0.0.1", port: int = 0) -> RunningServer:
+    """Start ``env`` on ``host:port`` (0 = a free port) inside the running event loop."""
+    raise_fd_limit()
+    server = EnvServer(env)
+    await server.service.start()
+    runner = web.AppRunner(server.make_app(), handle_signals=False, access_log=None)
+    await runner.setup()
+    sock = bind_socket(host, port)
+    site = web.SockSite(runner, sock)
+    await site.start()
+    bound_port = sock.getsockname()[1]
+    shown_host = f"[{host}]" if ":" in host else host
+    return RunningServer(server, runner, site, f"http://{shown_host}:{bound_port}")
+
+
+async def serve_until_signalled(env: Environment, host: str, port: int,
+                                on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT: stop accepting, drain in-flight work, exit cleanly."""
+    running = await start_server(env, host, port)
+    if on_ready:
+        on_ready(running.url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await running.stop()

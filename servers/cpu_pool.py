@@ -1,0 +1,184 @@
+"""A process pool for CPU-bound scoring, with a real deadline per call.
+
+Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot kill one stuck task — a
+sympy simplification that never ends would hold a worker forever, and killing the worker
+breaks the whole pool (every other in-flight call fails). Here each worker is a process
+with its own pipe; a call past its deadline kills exactly that worker and starts a
+replacement, and every other call is untouched. No signals (SIGALRM) anywhere: the
+deadline is enforced from the parent with ``Connection.poll(timeout)``.
+
+The blocking pipe wait runs in a small thread pool (one thread per worker), so the event
+loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import pickle
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+
+class CpuTimeout(Exception):
+    """The call passed its deadline; its worker was killed and replaced."""
+
+
+class CpuWorkerCrashed(RuntimeError):
+    """The worker died during the call (segfault, out of memory); it was replaced."""
+
+
+class CpuTaskError(RuntimeError):
+    """The function raised inside the worker; the message carries the worker's traceback."""
+
+
+def _worker_main(conn: Connection, preload: tuple[str, ...], memory_mb: int) -> None:
+    if memory_mb > 0:
+        limit = memory_mb * 1024 * 1024
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        except (ValueError, OSError):
+            pass
+    for module in preload:
+        importlib.import_module(module)
+    conn.send(("ready", None))
+    while True:
+        try:
+            raw = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        try:
+            fn, args = pickle.loads(raw)  # inside the try: an unpicklable task is an error, not a dead worker
+            conn.send(("ok", fn(*args)))
+        except MemoryError:
+            conn.send(("err", "MemoryError: the scoring function exceeded the worker memory limit"))
+        except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
+            conn.send(("err", "".join(traceback.format_exception(exc))[-4000:]))
+
+
+def _child_entry() -> None:
+    fd, memory_mb, preload = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    _worker_main(Connection(fd), tuple(filter(None, preload.split(","))), memory_mb)
+
+
+class _Worker:
+    def __init__(self, preload: tuple[str, ...], memory_mb: int):
+        self._preload, self._memory_mb = preload, memory_mb
+        self._start()
+
+    def _start(self) -> None:
+        # A fresh interpreter via subprocess rather than multiprocessing: no re-import of the
+        # caller's __main__ (which breaks under stdin scripts and notebooks), nothing copied
+        # from a process that holds an event loop and threads.
+        parent_sock, child_sock = socket.socketpair()
+        cmd = [sys.executable, "-c", "from servers.cpu_pool import _child_entry; _child_entry()",
+               str(child_sock.fileno()), str(self._memory_mb), ",".join(self._preload)]
+        self.process = subprocess.Popen(cmd, pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+        child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        self._ready = False
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        if self._ready:
+            return
+        if not self.conn.poll(timeout):
+            raise RuntimeError("CPU worker did not start in time")
+        try:
+            kind, _ = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"CPU worker exited during start (exit code {self.process.poll()}); "
+                               "check that cpu_pool_preload modules import cleanly") from None
+        assert kind == "ready"
+        self._ready = True
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+        """Blocking: run in a thread. Restarts the worker after a timeout or crash."""
+        try:
+            self.wait_ready()
+            self.conn.send((fn, args))
+            if not self.conn.poll(timeout):
+                self.restart()
+                raise CpuTimeout(f"{getattr(fn, '__name__', fn)} passed its {timeout:g}s deadline")
+            kind, value = self.conn.recv()
+        except (EOFError, OSError, BrokenPipeError) as exc:
+            self.restart()
+            raise CpuWorkerCrashed(f"CPU worker died while running {getattr(fn, '__name__', fn)}: {exc!r}") from None
+        if kind == "err":
+            raise CpuTaskError(value)
+        return value
+
+    def restart(self) -> None:
+        self.kill()
+        self._start()
+
+    def kill(self) -> None:
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        if self.process.poll() is None:
+            self.process.kill()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class CpuPool:
+    """``await pool.run(fn, *args, timeout=s)``; ``fn`` must be a picklable top-level function."""
+
+    def __init__(self, size: int | None = None, *, default_timeout: float = 30.0, preload: tuple[str, ...] = (),
+                 memory_mb: int = 4096):
+        self.size = max(1, size or os.cpu_count() or 1)
+        self.default_timeout = default_timeout
+        self._workers = [_Worker(tuple(preload), memory_mb) for _ in range(self.size)]
+        self._threads = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="cpu-pool")
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._lock = threading.Lock()
+        self.timeouts = 0
+        self.crashes = 0
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self._threads, w.wait_ready) for w in self._workers))
+        self._idle = asyncio.Queue()
+        for worker in self._workers:
+            self._idle.put_nowait(worker)
+
+    @property
+    def alive(self) -> bool:
+        return all(w.process.poll() is None for w in self._workers)
+
+    async def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+        if self._idle is None:
+            await self.start()
+        assert self._idle is not None
+        worker = await self._idle.get()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._threads, worker.call, fn, args, timeout or self.default_timeout)
+        # The worker goes back to the idle queue only when its thread is done with it, even if
+        # the awaiting coroutine was cancelled (e.g. the /verify deadline passed first).
+        idle = self._idle
+        future.add_done_callback(lambda _f: idle.put_nowait(worker))
+        try:
+            return await asyncio.shield(future)
+        except CpuTimeout:
+            self.timeouts += 1
+            raise
+        except CpuWorkerCrashed:
+            self.crashes += 1
+            raise
+
+    async def close(self) -> None:
+        for worker in self._workers:
+            worker.kill()
+        self._threads.shutdown(wait=False, cancel_futures=True)

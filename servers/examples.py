@@ -1,0 +1,133 @@
+"""Run an environment's own example rows and compare with their expected outcomes.
+
+Used by ``envs check`` and by the conformance suite, in-process and over HTTP.
+
+Each line of ``environments/<name>/data/example.jsonl`` is a NeMo-Gym row plus
+``response`` (a Responses-API object) plus ``_expected``:
+
+    {"reward": 1.0}                      scored, reward within 1e-6
+    {"reward": 0.0, "fields": {...}}     ... and these reply fields equal (subset match)
+    {"status": 422}                      rejected cleanly with this HTTP status
+    {"failure_class": "timeout"}         could not be scored, with this class
+
+Stateful environments may add ``_script``: tool calls made between ``/seed_session`` and
+``/verify``, each ``{"name": tool, "arguments": {...}, "expect": {subset of the output}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servers.service import EnvService
+from servers.wire import FAILURE_CLASS_KEY
+
+EXPECTED_KEY = "_expected"
+SCRIPT_KEY = "_script"
+
+
+@dataclass
+class ExampleResult:
+    line: int
+    ok: bool
+    expected: dict[str, Any]
+    got: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+
+
+def load_examples(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            rows.append((number, json.loads(line)))
+    return rows
+
+
+def _subset_problems(expected: Any, got: Any, where: str) -> list[str]:
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return [f"{where}: expected an object, got {got!r}"[:300]]
+        out: list[str] = []
+        for key, value in expected.items():
+            if key not in got:
+                out.append(f"{where}.{key}: missing")
+            else:
+                out += _subset_problems(value, got[key], f"{where}.{key}")
+        return out
+    if isinstance(expected, float) and isinstance(got, (int, float)):
+        return [] if math.isclose(expected, got, abs_tol=1e-6) else [f"{where}: expected {expected}, got {got}"]
+    return [] if expected == got else [f"{where}: expected {expected!r}, got {got!r}"[:300]]
+
+
+def compare(expected: dict[str, Any], status: int, reply: Any) -> list[str]:
+    """Problems (empty = as expected) of one (status, reply) against ``_expected``."""
+    problems: list[str] = []
+    want_status = expected.get("status", 200)
+    if status != want_status:
+        return [f"HTTP status {status}, expected {want_status}: {str(reply)[:300]}"]
+    if want_status != 200:
+        if not (isinstance(reply, dict) and "error" in reply):
+            problems.append("error reply lacks an 'error' field")
+        return problems
+    got_failure = reply.get(FAILURE_CLASS_KEY)
+    if got_failure != expected.get("failure_class"):
+        problems.append(f"failure class {got_failure!r}, expected {expected.get('failure_class')!r}: "
+                        f"{str(reply.get('_ng_failure_detail'))[:300]}")
+    if "reward" in expected and not math.isclose(float(reply.get("reward", math.nan)), float(expected["reward"]),
+                                                  abs_tol=1e-6):
+        problems.append(f"reward {reply.get('reward')}, expected {expected['reward']}")
+    problems += _subset_problems(expected.get("fields", {}), reply, "reply")
+    return problems
+
+
+async def run_script_inprocess(service: EnvService, row: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """seed_session + scripted tool calls, in-process. Returns (session id, problems)."""
+    if not (service.env.stateful or service.env.tools()) or EXPECTED_KEY in row and row[EXPECTED_KEY].get("status", 200) != 200:
+        return None, []
+    status, reply, session_id = await service.seed_session(row)
+    if status != 200:
+        return None, [f"seed_session answered {status}: {reply}"]
+    problems: list[str] = []
+    for step in row.get(SCRIPT_KEY, []):
+        status, out = await service.call_tool(step["name"], step.get("arguments", {}), session_id)
+        problems += _subset_problems(step.get("expect", {}), out, f"tool {step['name']}")
+    return session_id, problems
+
+
+async def check_inprocess(service: EnvService, rows: list[tuple[int, dict[str, Any]]]) -> list[ExampleResult]:
+    results = []
+    for line, row in rows:
+        expected = row.get(EXPECTED_KEY, {})
+        session_id, problems = await run_script_inprocess(service, row)
+        status, reply = await service.verify(row, session_id)
+        problems += compare(expected, status, reply)
+        results.append(ExampleResult(line, not problems, expected, reply if isinstance(reply, dict) else {}, problems))
+    return results
+
+
+async def check_http(client: Any, env_name: str, rows: list[tuple[int, dict[str, Any]]],
+                     stateful: bool) -> list[ExampleResult]:
+    """Same as :func:`check_inprocess` against a running server, through :class:`servers.client.EnvClient`."""
+    from servers.client import EnvClientError
+
+    results = []
+    for line, row in rows:
+        expected = row.get(EXPECTED_KEY, {})
+        problems: list[str] = []
+        session = None
+        if stateful and expected.get("status", 200) == 200:
+            session = await client.seed_session(env_name, row)
+            for step in row.get(SCRIPT_KEY, []):
+                _, out = await client.call_tool(session, step["name"], step.get("arguments", {}))
+                problems += _subset_problems(step.get("expect", {}), out, f"tool {step['name']}")
+        try:
+            reply = await client.verify(env_name, row, session=session, raise_on_failure=True)
+            status = 200
+        except EnvClientError as exc:
+            status, reply = exc.status or 0, exc.body
+        problems += compare(expected, status, reply)
+        results.append(ExampleResult(line, not problems, expected, reply if isinstance(reply, dict) else {}, problems))
+    return results

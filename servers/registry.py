@@ -1,0 +1,190 @@
+"""Environment discovery and configuration.
+
+An environment is a folder ``environments/<name>/`` with a ``verifier.py`` that defines
+one :class:`servers.environment.Environment` subclass whose ``name`` equals the folder
+name. Nothing else lists environments: adding the folder is enough. Extra folders of
+environments can be added with ``VERIGYM_ENV_PATH`` (``os.pathsep``-separated), each laid
+out like ``environments/``.
+
+Importing a verifier is deferred until it is needed, so ``envs list`` stays fast and one
+broken environment cannot take the others down.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from servers.environment import EnvConfig, Environment
+
+
+class UnknownEnvironment(KeyError):
+    def __str__(self) -> str:  # KeyError quotes its message; we want it readable
+        return str(self.args[0])
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    name: str
+    folder: Path
+    module: str  # import path of the verifier module
+
+    @property
+    def example_path(self) -> Path:
+        return self.folder / "data" / "example.jsonl"
+
+    @property
+    def config_path(self) -> Path:
+        return self.folder / "config.yaml"
+
+    def load_class(self) -> type[Environment]:
+        module = importlib.import_module(self.module)
+        found = [
+            obj
+            for obj in vars(module).values()
+            if inspect.isclass(obj) and issubclass(obj, Environment) and obj.__module__ == module.__name__ and obj.name
+        ]
+        if len(found) != 1:
+            raise ImportError(f"{self.module} must define exactly one Environment subclass with a name, found {len(found)}")
+        cls = found[0]
+        if cls.name != self.name:
+            raise ImportError(f"{self.module}: class {cls.__name__}.name is {cls.name!r}, folder is {self.name!r}")
+        return cls
+
+
+def _roots() -> list[tuple[Path, str | None]]:
+    """(folder, package prefix) pairs to scan. Extra roots are imported by file path."""
+    spec = importlib.util.find_spec("environments")
+    roots: list[tuple[Path, str | None]] = []
+    if spec and spec.submodule_search_locations:
+        roots += [(Path(p), "environments") for p in spec.submodule_search_locations]
+    for extra in filter(None, os.environ.get("VERIGYM_ENV_PATH", "").split(os.pathsep)):
+        roots.append((Path(extra), None))
+    return roots
+
+
+def discover() -> dict[str, EnvEntry]:
+    entries: dict[str, EnvEntry] = {}
+    for root, package in _roots():
+        if not root.is_dir():
+            continue
+        for folder in sorted(root.iterdir()):
+            if not (folder / "verifier.py").is_file() or folder.name.startswith(("_", ".")):
+                continue
+            if package is not None:
+                module = f"{package}.{folder.name}.verifier"
+            else:
+                module = _import_external(folder)
+            entries.setdefault(folder.name, EnvEntry(folder.name, folder, module))
+    return entries
+
+
+def _import_external(folder: Path) -> str:
+    """Make an environment folder outside the package importable under a private name."""
+    module_name = f"verigym_external_{folder.name}"
+    if module_name not in sys.modules:
+        pkg_spec = importlib.util.spec_from_file_location(
+            module_name, folder / "__init__.py" if (folder / "__init__.py").exists() else folder / "verifier.py",
+            submodule_search_locations=[str(folder)],
+        )
+        assert pkg_spec and pkg_spec.loader
+        pkg = importlib.util.module_from_spec(pkg_spec)
+        sys.modules[module_name] = pkg
+        if (folder / "__init__.py").exists():
+            pkg_spec.loader.exec_module(pkg)
+    return f"{module_name}.verifier"
+
+
+def get(name: str) -> EnvEntry:
+    entries = discover()
+    if name not in entries:
+        close = difflib.get_close_matches(name, entries, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise UnknownEnvironment(f"unknown environment {name!r}.{hint} Known: {', '.join(sorted(entries))}. "
+                                 "See `envs list`.")
+    return entries[name]
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["a=1", "b.c=x"]`` -> ``{"a": 1, "b": {"c": "x"}}``; values are parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"override {pair!r} is not key=value")
+        key, raw = pair.split("=", 1)
+        value = yaml.safe_load(raw) if raw != "" else ""
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(entry: EnvEntry, env_cls: type[Environment], *, config_file: str | Path | None = None,
+                overrides: dict[str, Any] | None = None) -> EnvConfig:
+    """Defaults from the environment's ``config.yaml``, then ``config_file``, then overrides."""
+    data: dict[str, Any] = {}
+    for path in (entry.config_path, config_file):
+        if path is None or not Path(path).exists():
+            if path is not None and path != entry.config_path:
+                raise ConfigError(f"config file {path} does not exist")
+            continue
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of config keys")
+        # A shared fleet config may hold several environments: {math: {...}, code: {...}}.
+        if entry.name in loaded and isinstance(loaded[entry.name], dict) and path != entry.config_path:
+            loaded = loaded[entry.name]
+        data = _deep_merge(data, loaded)
+    data = _deep_merge(data, overrides or {})
+    return validate_config(env_cls, data, source=entry.name)
+
+
+def validate_config(env_cls: type[Environment], data: dict[str, Any], *, source: str) -> EnvConfig:
+    valid = list(env_cls.Config.model_fields)
+    for key in data:
+        if key not in env_cls.Config.model_fields:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{source}: unknown config key {key!r}.{hint} Valid keys: {', '.join(valid)}")
+    try:
+        return env_cls.Config(**data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{source}: invalid config: {problems}") from None
+
+
+def instantiate(name: str, *, config_file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                runtime: Any = None) -> Environment:
+    """Build an environment in-process (``envs verify``, tests). Call ``await env.setup()`` next."""
+    entry = get(name)
+    cls = entry.load_class()
+    config = load_config(entry, cls, config_file=config_file, overrides=overrides)
+    from servers.environment import Runtime
+
+    return cls(config, runtime or Runtime(folder=entry.folder))

@@ -1,0 +1,230 @@
+"""Transport-free request handling: validation, backpressure, deadlines, failure classes.
+
+``servers.app`` wraps this in HTTP; ``envs verify``/``envs check`` and the conformance
+suite call it in-process. Both paths therefore score a row identically.
+
+Every method returns ``(status, body)`` — the HTTP status the server will send and the
+JSON body — and never raises for bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from pydantic import ValidationError
+
+from servers.aggregate import aggregate_metrics
+from servers.cpu_pool import CpuPool, CpuTaskError, CpuTimeout, CpuWorkerCrashed
+from servers.environment import Environment, SessionError, ToolError, Verdict
+from servers.metrics import ServerMetrics
+from servers.sessions import SessionStore
+from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass, ResponseObject
+
+log = logging.getLogger("verigym.server")
+
+Reply = tuple[int, Any]
+
+
+def error(status: int, message: str, detail: Any = None) -> Reply:
+    return status, {"error": message, "detail": detail}
+
+
+def validation_detail(exc: ValidationError, prefix: str = "") -> list[dict[str, Any]]:
+    """Pydantic errors as ``[{"loc": "response.output.0.type", "msg": ...}]`` (the field path)."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in ((prefix,) if prefix else ()) + tuple(err["loc"]))
+        out.append({"loc": loc, "msg": err["msg"], "type": err["type"]})
+    return out
+
+
+class EnvService:
+    def __init__(self, env: Environment):
+        self.env = env
+        cfg = env.config
+        self.metrics = ServerMetrics(env.name)
+        self.pool: CpuPool | None = None
+        self.sessions = SessionStore(ttl_s=cfg.session_ttl_s, max_sessions=cfg.max_sessions, close=env.close_session)
+        self._slots = asyncio.Semaphore(cfg.max_concurrent)
+        self.draining = False
+        self.started = False
+
+    # ---- lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        env, cfg = self.env, self.env.config
+        if env.uses_cpu_pool:
+            self.pool = CpuPool(cfg.cpu_workers, default_timeout=cfg.cpu_task_timeout_s,
+                                preload=env.cpu_pool_preload, memory_mb=cfg.cpu_worker_memory_mb)
+            await self.pool.start()
+            env.runtime._cpu_call = self.pool.run
+        await env.setup()
+        self.sessions.start()
+        self.started = True
+
+    async def stop(self) -> None:
+        await self.sessions.close_all()
+        await self.env.close()
+        if self.pool is not None:
+            await self.pool.close()
+
+    @property
+    def in_flight(self) -> int:
+        return self.metrics.in_flight
+
+    # ---- read-only routes ------------------------------------------------------------
+    async def health(self) -> Reply:
+        checks: dict[str, Any] = {"started": self.started, "draining": self.draining}
+        if self.pool is not None:
+            checks["cpu_pool"] = {"ok": self.pool.alive, "workers": self.pool.size,
+                                  "timeouts": self.pool.timeouts, "crashes": self.pool.crashes}
+        try:
+            env_health = await asyncio.wait_for(self.env.health(), timeout=10)
+        except Exception as exc:  # noqa: BLE001 - a failing health check is reported, not raised
+            env_health = {"ok": False, "error": repr(exc)}
+        checks["environment"] = env_health
+        ok = self.started and not self.draining and env_health.get("ok", False) and \
+            (self.pool is None or self.pool.alive)
+        return (200 if ok else 503), {"status": "ok" if ok else "unavailable", "checks": checks}
+
+    def info(self) -> Reply:
+        described = self.env.describe()
+        described["config"] = self.env.config.model_dump(mode="json")
+        return 200, described
+
+    # ---- /verify -----------------------------------------------------------------------
+    async def verify(self, body: Any, session_id: str | None = None) -> Reply:
+        if not isinstance(body, dict):
+            return error(422, "the request body must be a JSON object (a row plus 'response')")
+        try:
+            row = self.env.Row.model_validate(body)
+        except ValidationError as exc:
+            return error(422, "the row does not match this environment's fields", validation_detail(exc))
+        if "response" not in body:
+            return error(422, "missing field 'response' (a Responses-API object)",
+                         [{"loc": "response", "msg": "Field required", "type": "missing"}])
+        try:
+            response = ResponseObject.model_validate(body["response"])
+        except ValidationError as exc:
+            return error(422, "'response' is not a valid Responses-API object", validation_detail(exc, "response"))
+
+        cfg = self.env.config
+        if self._slots.locked() and self.metrics.queued >= cfg.max_queued:
+            self.metrics.rejected_overload += 1
+            return error(503, "server overloaded: too many verifications queued; retry later",
+                         {"retry_after_s": 1, "max_queued": cfg.max_queued})
+        session = self.sessions.get(session_id) if session_id else None
+        self.metrics.queued += 1
+        start = time.perf_counter()
+        async with self._slots:
+            self.metrics.queued -= 1
+            self.metrics.in_flight += 1
+            try:
+                verdict = await self._run_verify(row, response, session.state if session else None)
+            finally:
+                self.metrics.in_flight -= 1
+        if session is not None:
+            await self.sessions.pop_and_close(session.id)
+        self.metrics.observe_verify(time.perf_counter() - start, verdict.reward,
+                                    str(verdict.failure_class) if verdict.failure_class else None)
+        return 200, build_reply(body, verdict)
+
+    async def _run_verify(self, row: Any, response: ResponseObject, state: Any) -> Verdict:
+        timeout = self.env.config.verify_timeout_s
+        try:
+            verdict = await asyncio.wait_for(self.env.verify(row, response, state), timeout)
+            if not isinstance(verdict, Verdict):
+                raise TypeError(f"verify() returned {type(verdict).__name__}, not Verdict")
+            verdict.check()
+            return verdict
+        except (asyncio.TimeoutError, CpuTimeout) as exc:
+            return Verdict.failure(FailureClass.TIMEOUT, f"verification passed its deadline ({timeout:g}s): {exc}")
+        except CpuWorkerCrashed as exc:
+            return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc))
+        except CpuTaskError as exc:
+            log.warning("verifier error in %s: %s", self.env.name, exc)
+            return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc)[-2000:])
+        except Exception as exc:  # noqa: BLE001 - any verifier bug becomes a visible failure class
+            log.exception("verifier error in %s", self.env.name)
+            return Verdict.failure(FailureClass.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}")
+
+    # ---- sessions and tools ---------------------------------------------------------------
+    async def seed_session(self, body: Any) -> tuple[int, Any, str | None]:
+        if not isinstance(body, dict):
+            status, err = error(422, "the request body must be a JSON object (the row)")
+            return status, err, None
+        if self.sessions.full:
+            status, err = error(503, "too many open sessions; retry later or verify finished rollouts",
+                                {"max_sessions": self.env.config.max_sessions})
+            return status, err, None
+        try:
+            state = await asyncio.wait_for(self.env.seed_session(body), self.env.config.verify_timeout_s)
+        except SessionError as exc:
+            status, err = error(422, str(exc))
+            return status, err, None
+        except Exception as exc:  # noqa: BLE001
+            log.exception("seed_session failed in %s", self.env.name)
+            failure = FailureClass.TIMEOUT if isinstance(exc, asyncio.TimeoutError) else FailureClass.SANDBOX_ERROR \
+                if "sandbox" in type(exc).__name__.lower() else FailureClass.VERIFIER_ERROR
+            return 500, {"error": f"seed_session failed: {type(exc).__name__}: {exc}", "detail": None,
+                         FAILURE_CLASS_KEY: failure.value}, None
+        session = self.sessions.add(state)
+        return 200, {"session_id": session.id}, session.id
+
+    async def call_tool(self, name: str, body: Any, session_id: str | None) -> Reply:
+        spec = self.env.tools().get(name)
+        if spec is None:
+            return error(404, f"no route or tool named {name!r}",
+                         {"tools": sorted(self.env.tools())})
+        session = self.sessions.get(session_id) if session_id else None
+        if session is None and session_id:
+            return error(410, "unknown or expired session: call /seed_session again")
+        if session is None and self.env.stateful:
+            return error(400, f"tool {name!r} needs a session: call /seed_session first and send its cookie")
+        try:
+            args = spec.args_model.model_validate(body if body is not None else {})
+        except ValidationError as exc:
+            return error(422, f"invalid arguments for tool {name!r}", validation_detail(exc))
+        method = getattr(self.env, spec.method_name)
+        try:
+            if session is None:
+                result = await asyncio.wait_for(method(None, args), self.env.config.verify_timeout_s)
+            else:
+                async with session.lock:
+                    result = await asyncio.wait_for(method(session.state, args), self.env.config.verify_timeout_s)
+                    session.last_used = time.monotonic()
+        except ToolError as exc:
+            return 200, {"error": str(exc)}
+        except asyncio.TimeoutError:
+            return 200, {"error": f"tool {name!r} timed out", FAILURE_CLASS_KEY: FailureClass.TIMEOUT.value}
+        except Exception as exc:  # noqa: BLE001 - tool errors go back to the model as data, never a 500
+            log.exception("tool %s failed in %s", name, self.env.name)
+            return 200, {"error": f"tool {name!r} failed: {type(exc).__name__}: {exc}"}
+        return 200, result
+
+    async def aggregate(self, body: Any) -> Reply:
+        if not isinstance(body, dict) or not isinstance(body.get("verify_responses"), list):
+            return error(422, "expected {\"verify_responses\": [...]}")
+        return 200, aggregate_metrics(body["verify_responses"])
+
+
+def build_reply(body: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    """Request echoed unchanged + reward + diagnostics (NeMo-Gym's verify response shape)."""
+    reply = dict(body)
+    reply.update(verdict.extras)
+    reply["reward"] = float(verdict.reward)
+    if verdict.components is not None:
+        reply["reward_components"] = {k: float(v) for k, v in verdict.components.items()}
+        for key, value in verdict.components.items():
+            reply.setdefault(key, float(value))  # NeMo-Gym also exposes components top-level
+    if verdict.failure_class is not None:
+        failure = verdict.failure_class
+        reply[FAILURE_CLASS_KEY] = failure.value if isinstance(failure, FailureClass) else str(failure)
+        reply[FAILURE_DETAIL_KEY] = verdict.failure_detail
+        # NeMo-RL drops samples whose result says instance_config.mask_sample = true.
+        instance_config = dict(reply.get("instance_config") or {})
+        instance_config["mask_sample"] = True
+        reply["instance_config"] = instance_config
+    return reply
