@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The README's test command: set up, then run the whole test suite.
+#   bash scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+# The container sandbox needs Podman's Docker-API socket (configured and started by this script).
+if [ -f scripts/ci_podman.sh ]; then
+  source scripts/ci_podman.sh
+fi
+set +e
+python3 -m pytest -q -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then
+  echo "no tests were collected" >&2
+  exit 1
+fi
+exit $rc
