@@ -1,0 +1,219 @@
+"""``envs serve``: one process per environment, supervised.
+
+The parent never imports an environment: each child runs ``python -m servers.cli_serve``
+(the child entry point at the bottom of this module), builds its environment, starts the
+server and prints one ``VERIGYM-READY {json}`` line on stdout. The parent waits for that
+line and for ``/health`` to answer 200, prints the name -> URL table, then supervises:
+
+* a child that exits on its own is reported and the others are stopped (exit 1);
+* SIGINT/SIGTERM to the parent forwards SIGTERM to every child, which stops accepting,
+  drains in-flight verifications and exits 0; the parent exits 0 when all of them did.
+
+``spawn_servers`` is also what ``envs bench`` and ``benchmarks/`` use to get a server in a
+separate process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+READY_MARK = "VERIGYM-READY "
+
+
+class ServeError(RuntimeError):
+    pass
+
+
+@dataclass
+class Child:
+    name: str
+    process: asyncio.subprocess.Process
+    url: str | None = None
+    output_task: asyncio.Task | None = None
+    ready: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def split_overrides(names: list[str], pairs: list[str]) -> dict[str, list[str]]:
+    """``key=v`` applies to every named environment, ``NAME.key=v`` only to NAME."""
+    per_env: dict[str, list[str]] = {name: [] for name in names}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ServeError(f"override {pair!r} is not key=value")
+        key = pair.split("=", 1)[0]
+        head, _, rest = key.partition(".")
+        if rest and head in per_env:
+            per_env[head].append(pair[len(head) + 1:])
+        else:
+            for name in names:
+                per_env[name].append(pair)
+    return per_env
+
+
+async def _pump_output(child: Child, echo: bool) -> None:
+    """Read the child's stdout: catch the ready line, pass everything else through."""
+    assert child.process.stdout is not None
+    async for raw in child.process.stdout:
+        line = raw.decode(errors="replace").rstrip("\n")
+        if line.startswith(READY_MARK) and not child.ready.done():
+            child.ready.set_result(json.loads(line[len(READY_MARK):]))
+        elif echo:
+            print(f"[{child.name}] {line}", file=sys.stderr, flush=True)
+    if not child.ready.done():
+        child.ready.set_exception(ServeError(f"{child.name}: server exited before it was ready "
+                                             f"(exit code {await child.process.wait()}); see its log above"))
+
+
+async def _wait_healthy(url: str, timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        while loop.time() < deadline:
+            try:
+                async with http.get(url + "/health") as r:
+                    if r.status == 200:
+                        return
+                    last = f"{r.status} {await r.text()}"
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                last = repr(exc)
+            await asyncio.sleep(0.1)
+    raise ServeError(f"{url}/health did not answer 200 within {timeout_s:g}s: {last[:500]}")
+
+
+async def spawn_servers(names: list[str], *, host: str = "127.0.0.1", port: int | None = None,
+                        config_file: str | None = None, overrides: list[str] | None = None,
+                        ready_timeout_s: float = 180.0, echo_output: bool = True,
+                        log_level: str = "WARNING") -> list[Child]:
+    """Start one server process per name; return when all answer ``/health`` 200."""
+    per_env = split_overrides(names, overrides or [])
+    children: list[Child] = []
+    try:
+        for i, name in enumerate(names):
+            cmd = [sys.executable, "-m", "servers.cli_serve", name, "--host", host,
+                   "--port", str(0 if port is None else port + i), "--log-level", log_level]
+            if config_file:
+                cmd += ["--config", config_file]
+            cmd += per_env[name]
+            process = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+            child = Child(name, process)
+            child.output_task = asyncio.create_task(_pump_output(child, echo_output))
+            children.append(child)
+        for child in children:
+            try:
+                info = await asyncio.wait_for(asyncio.shield(child.ready), ready_timeout_s)
+            except asyncio.TimeoutError:
+                raise ServeError(f"{child.name}: not ready after {ready_timeout_s:g}s") from None
+            child.url = info["url"]
+            await _wait_healthy(child.url, ready_timeout_s)
+    except BaseException:
+        await stop_servers(children)
+        raise
+    return children
+
+
+async def stop_servers(children: list[Child], timeout_s: float = 40.0) -> dict[str, int]:
+    """SIGTERM every child (drain + exit), SIGKILL whatever outlives ``timeout_s``. Returns exit codes."""
+    for child in children:
+        if child.process.returncode is None:
+            child.process.send_signal(signal.SIGTERM)
+    codes: dict[str, int] = {}
+    for child in children:
+        try:
+            codes[child.name] = await asyncio.wait_for(child.process.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            child.process.kill()
+            codes[child.name] = await child.process.wait()
+        if child.output_task is not None:
+            await asyncio.gather(child.output_task, return_exceptions=True)
+    return codes
+
+
+def _print_table(children: list[Child]) -> None:
+    width = max(len("environment"), *(len(c.name) for c in children))
+    print(f"{'environment':<{width}}  url", flush=True)
+    for child in children:
+        print(f"{child.name:<{width}}  {child.url}", flush=True)
+
+
+async def serve_main(names: list[str], *, host: str, port: int | None, config_file: str | None,
+                     overrides: list[str], ready_file: str | None) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        children = await spawn_servers(names, host=host, port=port, config_file=config_file, overrides=overrides)
+    except ServeError as exc:
+        print(f"envs serve: {exc}", file=sys.stderr)
+        return 1
+    urls = {c.name: c.url for c in children}
+    _print_table(children)
+    # One machine-readable line so scripts (and the trainer) can find the URLs from stdout.
+    print(READY_MARK + json.dumps({"urls": urls, "pid": os.getpid()}), flush=True)
+    if ready_file:
+        Path(ready_file).write_text(json.dumps({"urls": urls, "pid": os.getpid()}) + "\n")
+
+    waits = {asyncio.create_task(c.process.wait()): c for c in children}
+    stop_task = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([stop_task, *waits], return_when=asyncio.FIRST_COMPLETED)
+    died = [waits[t] for t in done if t in waits]
+    for child in died:
+        print(f"envs serve: {child.name} ({child.url}) exited unexpectedly with code {child.process.returncode}; "
+              "stopping the others", file=sys.stderr, flush=True)
+    stop_task.cancel()
+    codes = await stop_servers(children)
+    if ready_file:
+        Path(ready_file).unlink(missing_ok=True)
+    if died:
+        return 1
+    bad = {name: code for name, code in codes.items() if code != 0}
+    if bad:
+        print(f"envs serve: unclean exit: {bad}", file=sys.stderr)
+        return 1
+    print("envs serve: all servers stopped cleanly", file=sys.stderr, flush=True)
+    return 0
+
+
+# ---- the child: one environment, one process ----------------------------------------------
+def _child_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m servers.cli_serve",
+                                     description="Serve ONE environment (what `envs serve` runs per child).")
+    parser.add_argument("name")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--config")
+    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
+
+    from servers import registry
+    from servers.app import serve_until_signalled
+
+    try:
+        env = registry.instantiate(args.name, config_file=args.config,
+                                   overrides=registry.parse_overrides(args.overrides))
+    except (registry.UnknownEnvironment, registry.ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def on_ready(url: str) -> None:
+        print(READY_MARK + json.dumps({"name": args.name, "url": url, "pid": os.getpid()}), flush=True)
+
+    asyncio.run(serve_until_signalled(env, args.host, args.port, on_ready=on_ready))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))
