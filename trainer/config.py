@@ -1,0 +1,311 @@
+"""The GRPO run config: NeMo-RL's section and key names, typed and strictly validated.
+
+Sections and keys mean what they mean in NeMo-RL (`MasterConfig`, ../shared/reference/nemo-rl.md
+§3) so a YAML moves between backends. Unlike NeMo-RL (pydantic ``extra="allow"``: misspelled keys
+are silently ignored), every section here is ``extra="forbid"`` and an unknown key is an error
+naming the closest valid key.
+
+Keys that NeMo-RL does not have are ours and are marked ``# verigym`` below.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class AsyncGRPOConfig(_Section):
+    enabled: bool = True
+    max_trajectory_age_steps: int = Field(1, ge=0)
+    max_generation_failures: int = Field(0, ge=0)
+    in_flight_weight_updates: bool = True
+    recompute_kv_cache_after_weight_updates: bool = False
+
+
+class GRPOConfig(_Section):
+    num_prompts_per_step: int = Field(8, ge=1)
+    num_generations_per_prompt: int = Field(8, ge=1)
+    max_num_steps: int = Field(40, ge=0)
+    max_num_epochs: int = Field(100, ge=1)
+    normalize_rewards: bool = True
+    use_leave_one_out_baseline: bool = True
+    advantage_clip_low: float | None = None
+    advantage_clip_high: float | None = None
+    overlong_filtering: bool = False
+    seq_logprob_error_threshold: float | None = None
+    val_period: int = 5  # validate every N steps; <= 0 disables periodic validation
+    val_at_start: bool = True
+    val_at_end: bool = True
+    max_val_samples: int | None = 64
+    val_num_generations_per_prompt: int = Field(1, ge=1)
+    seed: int = 42
+    async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig)
+
+
+class LossConfig(_Section):
+    reference_policy_kl_penalty: float = Field(0.0, ge=0)
+    reference_policy_kl_type: Literal["k1", "k2", "k3"] = "k3"
+    kl_input_clamp_value: float | None = 20.0
+    kl_output_clamp_value: float | None = 10.0
+    ratio_clip_min: float = 0.2
+    ratio_clip_max: float = 0.28
+    ratio_clip_c: float | None = None
+    use_on_policy_kl_approximation: bool = False
+    use_importance_sampling_correction: bool = True
+    truncated_importance_sampling_type: Literal["tis", "icepop", "seq-mask-tis"] | None = "tis"
+    truncated_importance_sampling_ratio: float | None = 2.0
+    truncated_importance_sampling_ratio_min: float | None = None
+    token_level_loss: bool = True
+    force_on_policy_ratio: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "LossConfig":
+        if self.ratio_clip_c is not None and self.ratio_clip_c <= 1:
+            raise ValueError("loss_fn.ratio_clip_c must be > 1 (dual clip, NeMo-RL)")
+        t = self.truncated_importance_sampling_type
+        if t is not None:
+            if not self.use_importance_sampling_correction:
+                raise ValueError("loss_fn.truncated_importance_sampling_type needs use_importance_sampling_correction=true")
+            if not self.truncated_importance_sampling_ratio or self.truncated_importance_sampling_ratio <= 0:
+                raise ValueError("loss_fn.truncated_importance_sampling_type needs truncated_importance_sampling_ratio > 0")
+            if t in ("icepop", "seq-mask-tis") and self.truncated_importance_sampling_ratio_min is None:
+                raise ValueError(f"loss_fn.truncated_importance_sampling_type={t} needs truncated_importance_sampling_ratio_min")
+        return self
+
+
+class OptimizerConfig(_Section):
+    name: Literal["torch.optim.AdamW", "torch.optim.Adam", "torch.optim.SGD"] = "torch.optim.AdamW"
+    kwargs: dict[str, Any] = Field(default_factory=lambda: {"lr": 3e-3, "weight_decay": 0.0, "betas": [0.9, 0.99]})
+
+
+class GenerationConfig(_Section):
+    backend: Literal["torch"] = "torch"  # verigym: our own batched decode loop on CPU/one GPU
+    max_new_tokens: int = Field(12, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = None
+    val_temperature: float | None = None  # None = greedy validation
+    stop_strings: list[str] | None = None
+
+
+class WarmStartConfig(_Section):  # verigym: supervised warm start on gold answers before RL
+    enabled: bool = False
+    num_steps: int = Field(200, ge=0)
+    batch_size: int = Field(32, ge=1)
+    lr: float = 3e-3
+    answer_template: str = "\\boxed{{{answer}}}"
+
+
+class PolicyConfig(_Section):
+    model_name: str = "tiny"
+    hf_config_overrides: dict[str, Any] = Field(default_factory=dict)
+    train_global_batch_size: int | None = None  # None = the whole rollout batch (one optimizer step per GRPO step)
+    train_micro_batch_size: int = Field(16, ge=1)
+    generation_batch_size: int = Field(4, ge=1)  # prompt groups decoded together by one generator
+    max_total_sequence_length: int = Field(128, ge=8)
+    max_grad_norm: float | None = 1.0
+    precision: Literal["float32", "bfloat16"] = "float32"
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
+
+
+class DataConfig(_Section):
+    blend: str | None = "tiny"  # verigym: blends/<name>.yaml (data prepared by `driver data prep`)
+    train_data_path: str | None = None  # verigym: explicit JSONL instead of a blend
+    validation_data_path: str | None = None
+    shuffle: bool = True
+    max_input_seq_length: int | None = None
+
+
+class EnvConfig(_Section):
+    should_mask_flagged_samples: bool = True
+    urls: dict[str, str | list[str]] = Field(default_factory=dict)  # verigym: use running servers instead of starting them
+    verify_timeout_s: float = 60.0  # verigym
+    failed_rollout_retries: int = Field(2, ge=0)  # verigym: re-score a failed sample this many times, then mask it
+    max_concurrency_per_server: int = Field(64, ge=1)  # verigym
+
+
+class WandbConfig(_Section):
+    project: str = "verigym"
+    name: str | None = None
+    mode: Literal["online", "offline", "disabled"] = "offline"
+
+
+class LoggerConfig(_Section):
+    log_dir: str = "runs/latest"
+    wandb_enabled: bool = False
+    tensorboard_enabled: bool = False
+    num_val_samples_to_print: int = 0
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+    progress_bar: bool = True  # verigym
+
+
+class CheckpointingConfig(_Section):
+    enabled: bool = True
+    checkpoint_dir: str | None = None  # None = <logger.log_dir>/checkpoints
+    save_period: int = Field(5, ge=1)
+    keep_top_k: int | None = 2  # verigym keeps the newest k (no metric-based ranking)
+    save_optimizer: bool = True
+
+
+class ClusterConfig(_Section):
+    gpus_per_node: int = 0
+    num_nodes: int = 1
+    ray_address: str | None = None  # verigym: None = start a local Ray; "auto" or host:port = join a cluster
+    num_cpus: int | None = None  # verigym: local Ray only
+    num_generation_workers: int = Field(1, ge=1)  # verigym: generator actors
+    weight_transport: Literal["auto", "shm", "ray"] = "auto"  # verigym: auto = shm locally, ray on a cluster
+    control_timeout_s: float = Field(120.0, gt=0)  # verigym: every control call (sync, train, save) is bounded
+    torch_threads_per_actor: int = Field(1, ge=1)  # verigym
+
+
+class MasterConfig(_Section):
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    loss_fn: LossConfig = Field(default_factory=LossConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    logger: LoggerConfig = Field(default_factory=LoggerConfig)
+    checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "MasterConfig":
+        g, p = self.grpo, self.policy
+        rollout = g.num_prompts_per_step * g.num_generations_per_prompt
+        gbs = p.train_global_batch_size or rollout
+        if rollout % gbs:
+            raise ValueError(f"policy.train_global_batch_size={gbs} must divide the rollout batch "
+                             f"num_prompts_per_step*num_generations_per_prompt={rollout}")
+        if self.loss_fn.force_on_policy_ratio and gbs != rollout:
+            # NeMo-RL asserts exactly one optimizer step per GRPO step here (grpo.py ~L699)
+            raise ValueError("loss_fn.force_on_policy_ratio=true needs policy.train_global_batch_size == "
+                             f"num_prompts_per_step*num_generations_per_prompt ({rollout})")
+        return self
+
+    # ---- derived geometry -------------------------------------------------------------
+    @property
+    def max_age(self) -> int:
+        """The admission/staleness bound; the synchronous baseline is the same engine at 0."""
+        a = self.grpo.async_grpo
+        return a.max_trajectory_age_steps if a.enabled else 0
+
+    @property
+    def in_flight_updates(self) -> bool:
+        a = self.grpo.async_grpo
+        return a.enabled and a.in_flight_weight_updates
+
+    @property
+    def rollout_batch_size(self) -> int:
+        return self.grpo.num_prompts_per_step * self.grpo.num_generations_per_prompt
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.policy.train_global_batch_size or self.rollout_batch_size
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _check_keys(model: type[BaseModel], data: Any, path: str) -> None:
+    """Reject unknown keys with the closest valid key; recurse into sub-sections."""
+    if not isinstance(data, dict):
+        return
+    fields = model.model_fields
+    for key, value in data.items():
+        if key not in fields:
+            where = f"{path}.{key}" if path else key
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
+            hint = f"did you mean {(path + '.' if path else '') + close[0]!r}?" if close else \
+                f"valid keys{' of ' + path if path else ''}: {', '.join(fields)}"
+            raise ConfigError(f"unknown config key {where!r}: {hint}")
+        ann = fields[key].annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            _check_keys(ann, value, f"{path}.{key}" if path else key)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _parse_value(text: str) -> Any:
+    if text.lower() in ("null", "none", "~"):
+        return None
+    return yaml.safe_load(text)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` dotlist overrides (values parsed as YAML scalars/lists)."""
+    data = _deep_merge({}, data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value")
+        dotted, raw = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        node = data
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = node[p] = {}
+            node = nxt
+        node[parts[-1]] = _parse_value(raw)
+    return data
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        return p
+    cand = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not cand.exists():
+        names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
+        close = difflib.get_close_matches(name_or_path, names, n=1)
+        raise ConfigError(f"no config named {name_or_path!r} in {CONFIG_DIR}"
+                          + (f"; did you mean {close[0]!r}?" if close else f"; available: {', '.join(names)}"))
+    return cand
+
+
+def load_yaml_with_defaults(path: Path) -> dict[str, Any]:
+    """Read a YAML config; ``defaults: other.yaml`` (NeMo-RL / Nemotron style) is merged underneath."""
+    data = yaml.safe_load(path.read_text()) or {}
+    parent = data.pop("defaults", None)
+    if parent:
+        base = load_yaml_with_defaults((path.parent / parent) if not Path(parent).is_absolute() else Path(parent))
+        data = _deep_merge(base, data)
+    return data
+
+
+def build_config(data: dict[str, Any]) -> MasterConfig:
+    _check_keys(MasterConfig, data, "")
+    try:
+        return MasterConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(x) for x in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> MasterConfig:
+    """``-c NAME|PATH`` plus dotlist overrides -> a validated config."""
+    data = load_yaml_with_defaults(resolve_config_path(name_or_path)) if name_or_path else {}
+    return build_config(apply_overrides(data, overrides or []))
+
+
+def to_yaml(cfg: MasterConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
