@@ -157,12 +157,16 @@ async def serve_main(names: list[str], *, host: str, port: int | None, config_fi
     except ServeError as exc:
         print(f"envs serve: {exc}", file=sys.stderr)
         return 1
-    urls = {c.name: c.url for c in children}
+    ready = {"urls": {c.name: c.url for c in children}, "pid": os.getpid(),
+             "pids": {c.name: c.process.pid for c in children}}
     _print_table(children)
     # One machine-readable line so scripts (and the trainer) can find the URLs from stdout.
-    print(READY_MARK + json.dumps({"urls": urls, "pid": os.getpid()}), flush=True)
+    print(READY_MARK + json.dumps(ready), flush=True)
     if ready_file:
-        Path(ready_file).write_text(json.dumps({"urls": urls, "pid": os.getpid()}) + "\n")
+        # Written whole then renamed: a reader polling for the file never sees half of it.
+        tmp = Path(ready_file).with_suffix(".tmp")
+        tmp.write_text(json.dumps(ready) + "\n")
+        tmp.replace(ready_file)
 
     waits = {asyncio.create_task(c.process.wait()): c for c in children}
     stop_task = asyncio.create_task(stop.wait())

@@ -127,8 +127,11 @@ class EnvService:
                 self.metrics.in_flight -= 1
         if session is not None:
             await self.sessions.pop_and_close(session.id)
+        failure = verdict.failure_class
+        # str() of a str-Enum member is "FailureClass.TIMEOUT" on 3.11: label metrics by value.
         self.metrics.observe_verify(time.perf_counter() - start, verdict.reward,
-                                    str(verdict.failure_class) if verdict.failure_class else None)
+                                    (failure.value if isinstance(failure, FailureClass) else str(failure))
+                                    if failure else None)
         return 200, build_reply(body, verdict)
 
     async def _run_verify(self, row: Any, response: ResponseObject, state: Any) -> Verdict:

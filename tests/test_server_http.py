@@ -1,0 +1,237 @@
+"""The framework against real servers on loopback, driven by the test-only ``probe`` environment."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from servers import registry
+from servers.app import start_server
+from servers.wire import SESSION_COOKIE, response_from_text
+
+ENV_DIR = Path(__file__).parent / "server_envs"
+
+
+@pytest.fixture
+def probe_env(monkeypatch):
+    monkeypatch.setenv("VERIGYM_ENV_PATH", str(ENV_DIR))
+
+    def make(**overrides: Any):
+        overrides.setdefault("cpu_workers", 1)
+        return registry.instantiate("probe", overrides=overrides)
+
+    return make
+
+
+@pytest.fixture
+async def serve(probe_env):
+    started = []
+
+    async def start(**overrides: Any):
+        server = await start_server(probe_env(**overrides))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop(drain_timeout=5)
+
+
+@pytest.fixture
+async def http():
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+def row(mode: str = "answer", text: str = "right", **fields: Any) -> dict[str, Any]:
+    return {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "mode": mode,
+            "response": response_from_text(text), **fields}
+
+
+async def post(http, url: str, body: Any, **kw: Any) -> tuple[int, Any, Any]:
+    async with http.post(url, json=body, **kw) as r:
+        return r.status, await r.json(), r.headers
+
+
+async def test_verify_echoes_row_and_scores(serve, http):
+    server = await serve()
+    status, reply, _ = await post(http, server.url + "/verify", row(extra_field={"kept": [1, 2]}))
+    assert status == 200 and reply["reward"] == 1.0 and reply["extra_field"] == {"kept": [1, 2]}
+    status, reply, _ = await post(http, server.url + "/verify", row(text="wrong"))
+    assert (status, reply["reward"], reply["extracted_answer"]) == (200, 0.0, "wrong")
+    assert "_ng_failure_class" not in reply
+
+
+async def test_rollout_prefix_is_stripped(serve, http):
+    server = await serve()
+    status, reply, _ = await post(http, server.url + "/ng-rollout/run-7.a_b/verify", row())
+    assert status == 200 and reply["reward"] == 1.0
+    async with http.get(server.url + "/ng-rollout/abc/health") as r:
+        assert r.status == 200
+
+
+async def test_bad_input_statuses_and_server_keeps_serving(serve, http):
+    server = await serve()
+    async with http.post(server.url + "/verify", data=b'{"broken": ', headers={"Content-Type": "application/json"}) as r:
+        body = await r.json()
+        assert r.status == 400 and body["error"] and "detail" in body
+    status, body, _ = await post(http, server.url + "/verify", row(sleep_s=-1))
+    assert status == 422 and [d["loc"] for d in body["detail"]] == ["sleep_s"]
+    bad_response = {**row(), "response": {"output": [{"role": "assistant"}]}}
+    status, body, _ = await post(http, server.url + "/verify", bad_response)
+    assert status == 422 and body["detail"][0]["loc"] == "response.output.0.type"
+    async with http.get(server.url + "/no/such/route") as r:
+        assert r.status == 404 and "error" in await r.json()
+    status, body, _ = await post(http, server.url + "/no_such_tool", {})
+    assert status == 404 and "bump" in body["detail"]["tools"]
+    status, reply, _ = await post(http, server.url + "/verify", row())
+    assert status == 200 and reply["reward"] == 1.0
+
+
+async def test_body_over_limit_is_413_and_server_keeps_serving(serve, http):
+    server = await serve(max_body_mb=0.01)  # ~10 KiB
+    big = row(padding="x" * 50_000)
+    status, body, _ = await post(http, server.url + "/verify", big)
+    assert status == 413 and "max_body_mb" in body["error"]
+
+    async def chunks():  # no Content-Length: the limit must hold while streaming too
+        for _ in range(20):
+            yield b"x" * 4096
+
+    async with http.post(server.url + "/verify", data=chunks()) as r:
+        assert r.status == 413
+    status, reply, _ = await post(http, server.url + "/verify", row())
+    assert status == 200 and reply["reward"] == 1.0
+
+
+async def test_backpressure_answers_503_with_retry_after(serve, http):
+    server = await serve(max_concurrent=1, max_queued=1)
+    metrics = server.server.service.metrics
+    first = asyncio.create_task(post(http, server.url + "/verify", row("sleep", sleep_s=1.0)))
+    while metrics.in_flight < 1:
+        await asyncio.sleep(0.01)
+    second = asyncio.create_task(post(http, server.url + "/verify", row("sleep", sleep_s=0.1)))
+    while metrics.queued < 1:
+        await asyncio.sleep(0.01)
+    status, body, headers = await post(http, server.url + "/verify", row())
+    assert status == 503 and headers["Retry-After"] == "1" and "overloaded" in body["error"]
+    assert [(await first)[0], (await second)[0]] == [200, 200]
+    assert metrics.rejected_overload == 1
+    status, _, _ = await post(http, server.url + "/verify", row())
+    assert status == 200
+
+
+async def test_verifier_exception_is_a_failure_class_not_a_zero(serve, http):
+    server = await serve()
+    status, reply, _ = await post(http, server.url + "/verify", row("raise", instance_config={"keep": 1}))
+    assert status == 200 and reply["reward"] == 0.0
+    assert reply["_ng_failure_class"] == "verifier_error"
+    assert "exploded on purpose" in reply["_ng_failure_detail"]
+    assert reply["instance_config"] == {"keep": 1, "mask_sample": True}
+
+
+async def test_verify_deadline_gives_timeout(serve, http):
+    server = await serve(verify_timeout_s=0.3)
+    status, reply, _ = await post(http, server.url + "/verify", row("sleep", sleep_s=5))
+    assert status == 200 and reply["_ng_failure_class"] == "timeout" and reply["reward"] == 0.0
+
+
+async def test_cpu_task_past_deadline_replaces_worker(serve, http):
+    server = await serve(cpu_call_timeout_s=0.5)
+    pool = server.server.service.pool
+    old_pid = pool._workers[0].process.pid
+    status, reply, _ = await post(http, server.url + "/verify", row("cpu_sleep", sleep_s=30))
+    assert status == 200 and reply["_ng_failure_class"] == "timeout"
+    assert pool.timeouts == 1 and pool._workers[0].process.pid != old_pid
+    status, reply, _ = await post(http, server.url + "/verify", row("cpu_add"))
+    assert status == 200 and reply["reward"] == 1.0 and reply["total"] == 5
+    async with http.get(server.url + "/health") as r:
+        health = await r.json()
+        assert r.status == 200 and health["checks"]["cpu_pool"]["ok"] and health["checks"]["cpu_pool"]["timeouts"] == 1
+
+
+async def _seed(http, url: str, tag: str) -> str:
+    async with http.post(url + "/seed_session", json={**row("session"), "tag": tag}) as r:
+        assert r.status == 200
+        cookie = r.cookies[SESSION_COOKIE].value
+        assert cookie == (await r.json())["session_id"]
+        return cookie
+
+
+async def test_sessions_are_isolated_and_freed_on_verify(serve, http):
+    server = await serve()
+    a, b = await _seed(http, server.url, "A"), await _seed(http, server.url, "B")
+    assert a != b
+    status, out, _ = await post(http, server.url + "/bump", {"by": 2}, headers={"Cookie": f"{SESSION_COOKIE}={a}"})
+    assert (status, out) == (200, {"count": 2, "tag": "A"})
+    status, out, _ = await post(http, server.url + "/bump", {"by": 5}, headers={"Cookie": f"{SESSION_COOKIE}={b}"})
+    assert (status, out) == (200, {"count": 5, "tag": "B"})
+    status, out, _ = await post(http, server.url + "/bump", {"by": 0}, headers={"Cookie": f"{SESSION_COOKIE}={a}"})
+    assert status == 422 and out["detail"][0]["loc"] == "by"
+    status, out, _ = await post(http, server.url + "/bump", {"by": 1})
+    assert status == 400  # stateful tool without a session
+    status, reply, _ = await post(http, server.url + "/verify", row("session", target=2),
+                                  headers={"Cookie": f"{SESSION_COOKIE}={a}"})
+    assert status == 200 and reply["reward"] == 1.0 and reply["count"] == 2
+    status, _, _ = await post(http, server.url + "/bump", {"by": 1}, headers={"Cookie": f"{SESSION_COOKIE}={a}"})
+    assert status == 410  # verify ended session A
+    status, out, _ = await post(http, server.url + "/bump", {"by": 1}, headers={"X-Verigym-Session": b})
+    assert out == {"count": 6, "tag": "B"}  # B untouched by A's verify
+
+
+async def test_idle_sessions_expire_and_close_session_runs(serve, http):
+    from verigym_external_probe.verifier import CLOSED  # imported by the registry under this name
+
+    server = await serve(session_ttl_s=0.2)
+    cookie = await _seed(http, server.url, "expiring")
+    for _ in range(100):
+        if any(state.get("tag") == "expiring" for state in CLOSED):
+            break
+        await asyncio.sleep(0.05)
+    assert any(state.get("tag") == "expiring" for state in CLOSED)
+    assert server.server.service.sessions.expired >= 1
+    status, _, _ = await post(http, server.url + "/bump", {"by": 1}, headers={"Cookie": f"{SESSION_COOKIE}={cookie}"})
+    assert status == 410
+
+
+async def test_metrics_are_prometheus_text_with_counters(serve, http):
+    server = await serve()
+    await post(http, server.url + "/verify", row())
+    await post(http, server.url + "/verify", row("raise"))
+    await post(http, server.url + "/verify", row(sleep_s=-1))
+    async with http.get(server.url + "/metrics") as r:
+        assert r.status == 200 and r.content_type == "text/plain"
+        text = await r.text()
+    assert 'verigym_requests_total{env="probe",route="/verify",status="200"} 2' in text
+    assert 'verigym_requests_total{env="probe",route="/verify",status="422"} 1' in text
+    assert 'verigym_failures_total{env="probe",class="verifier_error"} 1' in text
+    assert 'verigym_verify_seconds_count{env="probe"} 2' in text
+    assert 'verigym_reward_sum{env="probe"} 1.000000' in text
+    assert "# TYPE verigym_verify_seconds histogram" in text
+
+
+async def test_aggregate_metrics(serve, http):
+    server = await serve()
+    replies = [{"_ng_task_index": 0, "reward": 1.0}, {"_ng_task_index": 0, "reward": 0.0},
+               {"_ng_task_index": 1, "reward": 0.0}, {"_ng_task_index": 1, "reward": 0.0, "_ng_failure_class": "timeout"}]
+    status, out, _ = await post(http, server.url + "/aggregate_metrics", {"verify_responses": replies})
+    assert status == 200
+    agent = out["agent_metrics"]
+    assert agent["num_tasks"] == 2 and agent["num_rollouts"] == 3 and agent["failures_by_class"] == {"timeout": 1}
+    assert agent["pass@k/accuracy"] == pytest.approx(0.5) and agent["mean/reward"] == pytest.approx(0.25)
+    status, _, _ = await post(http, server.url + "/aggregate_metrics", {"nope": 1})
+    assert status == 422
+
+
+async def test_info_and_root(serve, http):
+    server = await serve()
+    async with http.get(server.url + "/info") as r:
+        info = await r.json()
+    assert info["name"] == "probe" and info["stateful"] and info["tools"][0]["name"] == "bump"
+    assert info["config"]["cpu_workers"] == 1 and "mode" in info["row_fields"]["properties"]
+    async with http.get(server.url + "/") as r:
+        assert await r.json() == {"status": "ok"}
