@@ -1,0 +1,171 @@
+"""One rollout of one row: generate (and call tools) until done, then ``/verify``.
+
+Single-turn rows: one generation, one verify. Tool rows (the row has ``tools``, or the
+environment is stateful): ``seed_session`` -> generate -> for each function call, the
+tool route (session cookie carried) -> ``function_call_output`` fed back -> ... up to
+``max_steps`` model turns -> ``verify`` on the same session — NeMo-Gym's ``simple_agent``.
+
+Token contiguity (NeMo-RL asserts it, nemo-gym.md §6): turn k+1's prompt ids are exactly
+turn k's prompt ids + its generated ids + environment ids. The environment ids are the
+text the chat template adds after an assistant turn (its end-of-turn marker, unless the
+model already generated it, then the tool messages and the next generation prompt),
+found by rendering the conversation with and without the tool messages and tokenising
+only the difference. We never re-tokenise what the model generated.
+
+Infrastructure failures never raise out of here: the episode comes back with a failure
+class (``connection_error``, ``overloaded``, ``verifier_error``...) and reward 0 so the
+caller can count and mask it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from servers.client import EnvClient, EnvClientError, SessionHandle
+from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass
+from trainer.generation import BatchedGenerator, Generation, SamplingParams
+from trainer.policy import Policy
+from trainer.responses import (build_response, chat_tools, function_call_output_item, to_chat_messages,
+                               turn_items)
+
+_PLACEHOLDER = "\x00VERIGYM_TURN\x00"
+
+
+@dataclass
+class Episode:
+    """What the trainer needs from one rollout.
+
+    ``completion_*`` cover everything after the first prompt: model tokens (mask 1, their
+    sampled logprob and policy version) and environment tokens (mask 0, logprob 0.0,
+    version -1).
+    """
+
+    reply: dict[str, Any]
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    completion_mask: list[int] = field(default_factory=list)
+    completion_logprobs: list[float] = field(default_factory=list)
+    completion_versions: list[int] = field(default_factory=list)
+    turns: int = 0
+    truncated: bool = False
+
+    @property
+    def reward(self) -> float:
+        return float(self.reply.get("reward", 0.0))
+
+    @property
+    def failure_class(self) -> str | None:
+        return self.reply.get(FAILURE_CLASS_KEY)
+
+    def add_model_tokens(self, gen: Generation) -> None:
+        self.completion_ids += gen.token_ids
+        self.completion_mask += [1] * len(gen.token_ids)
+        self.completion_logprobs += gen.logprobs
+        self.completion_versions += gen.versions
+
+    def add_env_tokens(self, ids: list[int]) -> None:
+        self.completion_ids += ids
+        self.completion_mask += [0] * len(ids)
+        self.completion_logprobs += [0.0] * len(ids)
+        self.completion_versions += [-1] * len(ids)
+
+
+def environment_tokens(policy: Policy, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                       tool_messages: list[dict[str, Any]], gen: Generation) -> list[int]:
+    """Ids that follow a model turn: end-of-turn marker (if not generated) + tool turns +
+    the next generation prompt. See the module docstring."""
+    assistant = {"role": "assistant", "content": _PLACEHOLDER}
+    closed = policy.render(messages + [assistant], tools, add_generation_prompt=False)
+    full = policy.render(messages + [assistant] + tool_messages, tools, add_generation_prompt=True)
+    if not full.startswith(closed):
+        raise ValueError("chat template is not prefix-stable: rendering tool turns changed earlier text")
+    close = closed.rsplit(_PLACEHOLDER, 1)[1]
+    if gen.token_ids and gen.finish_reason == "stop":
+        generated_end = policy.decode(gen.token_ids[-1:])
+        if generated_end and close.startswith(generated_end):
+            close = close[len(generated_end):]
+    return policy.encode(close + full[len(closed):])
+
+
+def _failure(reply_base: dict[str, Any], exc: EnvClientError | Exception, cls: FailureClass) -> dict[str, Any]:
+    failure = getattr(exc, "failure_class", None) or cls
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and body.get(FAILURE_CLASS_KEY):
+        failure = body[FAILURE_CLASS_KEY]
+    return {**reply_base, "reward": 0.0, FAILURE_CLASS_KEY: getattr(failure, "value", failure),
+            FAILURE_DETAIL_KEY: str(exc)[:2000]}
+
+
+async def run_episode(generator: BatchedGenerator, client: EnvClient, env: str, row: dict[str, Any],
+                      params: SamplingParams, *, stateful: bool = False, max_steps: int = 8) -> Episode:
+    policy = generator.policy
+    create_params = row.get("responses_create_params") or {}
+    messages = to_chat_messages(create_params)
+    tools = chat_tools(create_params.get("tools"))
+    use_tools = bool(tools)
+    prompt_ids = policy.encode(policy.render(messages, tools))
+    episode = Episode(reply={}, prompt_ids=list(prompt_ids))
+    output: list[dict[str, Any]] = []
+    session: SessionHandle | None = None
+    input_tokens = len(prompt_ids)
+
+    def response() -> dict[str, Any]:
+        return build_response(output, create_params=create_params, model=policy.name, input_tokens=input_tokens,
+                              output_tokens=sum(episode.completion_mask), incomplete=episode.truncated)
+
+    try:
+        if stateful or use_tools:
+            session = await client.seed_session(env, row)
+        for step in range(max_steps):
+            gen = await generator.generate(prompt_ids, params)
+            episode.turns += 1
+            episode.add_model_tokens(gen)
+            items = turn_items(gen.text, prompt_ids=prompt_ids, gen_ids=gen.token_ids, logprobs=gen.logprobs,
+                               versions=gen.versions, parse_tools=use_tools)
+            output += items
+            calls = [it for it in items if it["type"] == "function_call"]
+            episode.truncated = gen.truncated
+            if not calls or gen.truncated or step == max_steps - 1 or session is None:
+                break
+            tool_messages = []
+            for call in calls:
+                text = await _call_tool(client, session, call)
+                output.append(function_call_output_item(call["call_id"], text))
+                tool_messages.append({"role": "tool", "tool_call_id": call["call_id"], "content": text})
+            visible = "".join(c["text"] for it in items if it["type"] == "message" for c in it["content"])
+            env_ids = environment_tokens(policy, messages, tools, tool_messages, gen)
+            messages = messages + [{"role": "assistant", "content": visible, "tool_calls": [
+                {"type": "function", "function": {"name": c["name"], "arguments": json.loads(c["arguments"])
+                                                  if _is_json(c["arguments"]) else c["arguments"]}} for c in calls]}] + tool_messages
+            episode.add_env_tokens(env_ids)
+            prompt_ids = prompt_ids + gen.token_ids + env_ids
+        episode.reply = await client.verify(env, row, response(), session=session)
+    except EnvClientError as exc:
+        base = {**row, "response": response()}
+        cls = FailureClass.CONNECTION_ERROR if exc.status is None else FailureClass.VERIFIER_ERROR
+        episode.reply = _failure(base, exc, cls)
+    return episode
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except json.JSONDecodeError:
+        return False
+
+
+async def _call_tool(client: EnvClient, session: SessionHandle, call: dict[str, Any]) -> str:
+    """Tool output text as the model will see it. Bad JSON arguments never reach the server
+    (NeMo-Gym's simple_agent does the same). Tool errors are data: the body goes back as is,
+    whatever the status; a dead server raises EnvClientError (the episode fails)."""
+    try:
+        arguments = json.loads(call["arguments"])
+    except json.JSONDecodeError as exc:
+        return json.dumps({"error": f"Invalid tool call arguments: {exc}"})
+    if not isinstance(arguments, dict):
+        return json.dumps({"error": "Invalid tool call arguments: expected a JSON object"})
+    _, body = await client.call_tool(session, call["name"], arguments)
+    return body if isinstance(body, str) else json.dumps(body)

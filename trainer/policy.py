@@ -1,0 +1,194 @@
+"""The local policy: a causal LM through Hugging Face transformers, plus its tokenizer.
+
+Two ways to get one (``policy.model_name``):
+
+* a local path (or hub id, when the machine has access): ``AutoModelForCausalLM`` and
+  ``AutoTokenizer`` load it, and its own chat template is used;
+* ``tiny``: a small Llama-style model initialised from a config with a byte-level
+  tokenizer built here with the ``tokenizers`` library, a ChatML chat template with
+  Hermes-style ``<tool_call>`` syntax, and a fixed seed — no downloads, runs on a CPU.
+
+``Policy.version`` is the integer the GRPO engine bumps on every weight update; the decode
+loop in :mod:`trainer.generation` stamps each sampled token with the version that was
+current when the token's forward pass ran.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+# Special tokens of the tiny tokenizer. ChatML markers, as Qwen and Nemotron chat use.
+BOS, EOS, PAD = "<|bos|>", "<|endoftext|>", "<|pad|>"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, IM_END]
+
+# ChatML + Hermes tool-call syntax (the format Qwen2.5/3 and many Nemotron checkpoints use),
+# so the tool-call parser in trainer.responses works for both the tiny preset and real models.
+CHATML_TOOLS_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\nYou may call functions. Signatures:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\nReturn a call as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' and loop.first %}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') }}"
+    "{%- for call in (message.tool_calls or []) %}"
+    "{{- '<tool_call>{\"name\": \"' + call.function.name + '\", \"arguments\": ' + (call.function.arguments | tojson) + '}</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+class TinyModelConfig(BaseModel):
+    """Geometry of the ``tiny`` preset (a Llama-style decoder)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_hidden_layers: int = 2
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 2048
+
+
+class PolicyConfig(BaseModel):
+    """``policy.*`` keys this module reads (NeMo-RL names where NeMo-RL has one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_name: str = Field("tiny", description="'tiny' or a local path / hub id of a causal LM")
+    seed: int = Field(0, description="Seeds the tiny model's initial weights")
+    precision: str = Field("float32", description="float32 | bfloat16 | float16")
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict,
+                                                 description="Extra kwargs for apply_chat_template (enable_thinking...)")
+
+
+def build_tiny_tokenizer() -> Any:
+    """A byte-level tokenizer (256 byte symbols + ChatML specials), built offline.
+
+    No merges, so every byte is one token: any text round-trips and re-tokenising a
+    decoded generation gives back the same ids (handy for multi-turn contiguity).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[symbol] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(SPECIAL_TOKENS)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD,
+                                  additional_special_tokens=[IM_START, IM_END])
+    tok.chat_template = CHATML_TOOLS_TEMPLATE
+    tok.padding_side = "left"
+    return tok
+
+
+def build_tiny_model(tokenizer: Any, cfg: TinyModelConfig, seed: int) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads, max_position_embeddings=cfg.max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END)],
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
+    # Seed a private generator-free init: fork_rng keeps the caller's global RNG untouched.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class Policy:
+    """Model + tokenizer + the weight version, shared by generation and training."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str, chat_template_kwargs: dict[str, Any] | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.version = 0
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        # Held by the decode loop for one forward step and by whoever swaps weights, so a
+        # step never runs on half-loaded weights.
+        self.weights_lock = threading.RLock()
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+
+    @classmethod
+    def load(cls, config: PolicyConfig | None = None) -> "Policy":
+        config = config or PolicyConfig()
+        dtype = _DTYPES[config.precision]
+        if config.model_name == "tiny":
+            tokenizer = build_tiny_tokenizer()
+            model = build_tiny_model(tokenizer, config.tiny, config.seed).to(dtype)
+        else:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(config.model_name)
+            model = AutoModelForCausalLM.from_pretrained(config.model_name, dtype=dtype)
+            if tokenizer.chat_template is None:
+                tokenizer.chat_template = CHATML_TOOLS_TEMPLATE
+        tokenizer.padding_side = "left"
+        return cls(model, tokenizer, name=config.model_name, chat_template_kwargs=config.chat_template_kwargs)
+
+    def save(self, path: str | Path) -> None:
+        """A regular HF folder (safetensors + tokenizer): ``policy.model_name=<path>`` loads it back."""
+        self.model.save_pretrained(str(path))
+        self.tokenizer.save_pretrained(str(path))
+
+    @property
+    def stop_token_ids(self) -> set[int]:
+        """Tokens that end a turn: EOS plus the chat template's end-of-turn marker if it has one."""
+        ids = {self.tokenizer.eos_token_id}
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        im_end = self.tokenizer.convert_tokens_to_ids(IM_END)
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        return {i for i in ids if i is not None}
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
+               add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt,
+                                                  **self.chat_template_kwargs)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of already-templated text (special-token markers are parsed, nothing is added)."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def describe(self) -> dict[str, Any]:
+        cfg = self.model.config
+        params = sum(p.numel() for p in self.model.parameters())
+        return {"model": self.name, "parameters": params, "layers": getattr(cfg, "num_hidden_layers", None),
+                "hidden": getattr(cfg, "hidden_size", None), "vocab": len(self.tokenizer), "version": self.version}
