@@ -1,0 +1,122 @@
+"""``code``: competition programming (LiveCodeBench / NeMo-Gym ``code_gen`` rows).
+
+Reward: 1.0 when every unit test passes (``reward_mode: binary``) or the fraction of
+passing tests (``reward_mode: fraction``). Extraction in ``extract.py``, the in-sandbox
+test loop in ``harness.py``, judging in ``runner.py`` / ``compare.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sandboxes import SandboxError, SandboxSpec, open_backend
+from sandboxes.base import SandboxBackend
+from servers.environment import EnvConfig, Environment, Verdict
+from servers.wire import FailureClass, ResponseObject, RowModel
+
+from .extract import extract_code
+from .runner import HarnessFailed, RunSettings, run_submission
+
+
+class UnitTests(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    inputs: list[str] = Field(min_length=1)
+    outputs: list[str] = Field(min_length=1)
+    fn_name: str | None = None  # call-based (LeetCode style) when set; stdin/stdout otherwise
+
+    @model_validator(mode="after")
+    def _same_length(self) -> "UnitTests":
+        if len(self.inputs) != len(self.outputs):
+            raise ValueError(f"unit_tests has {len(self.inputs)} inputs but {len(self.outputs)} outputs")
+        return self
+
+
+class VerifierMetadata(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    unit_tests: UnitTests
+
+
+class CodeRow(RowModel):
+    verifier_metadata: VerifierMetadata
+
+
+class CodeConfig(EnvConfig):
+    sandbox_backend: str = Field("process", description="sandboxes.open_backend name: process | container | apptainer.")
+    sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options.")
+    python: str | None = Field(None, description="Interpreter inside the sandbox; null = the server's own.")
+    test_timeout_s: float = Field(6.0, gt=0, description="Wall-clock limit per unit test (LiveCodeBench: 6).")
+    memory_mb: int = Field(1024, ge=64, description="Address-space limit of the program, per test.")
+    output_limit_mb: float = Field(16.0, gt=0, description="Largest stdout (or return value) of one test.")
+    max_total_output_mb: float = Field(96.0, gt=0, description="Cap on everything one submission sends back.")
+    max_processes: int = Field(64, ge=4, description="Processes the program may run at once.")
+    max_open_files: int = Field(256, ge=16, description="Open file descriptors per process.")
+    reward_mode: Literal["binary", "fraction"] = Field("binary", description="all-pass 1/0, or fraction passed.")
+    stop_at_first_failure: bool = Field(True, description="Binary mode: stop after the first TLE/RE/MLE/OLE.")
+    float_tolerance: float = Field(1e-6, ge=0, description="Numeric tolerance when outputs differ as text; 0 = exact.")
+
+
+class CodeEnv(Environment):
+    name = "code"
+    domain = "coding"
+    summary = "Competition Python code run against unit tests (stdin/stdout or fn_name) in a sandbox."
+    needs = ("sandbox",)
+    Row = CodeRow
+    Config = CodeConfig
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.backend: SandboxBackend | None = None
+
+    async def setup(self) -> None:
+        self.backend = open_backend(self.config.sandbox_backend, **self.config.sandbox_options)
+
+    async def close(self) -> None:
+        if self.backend is not None:
+            await self.backend.close()
+
+    async def health(self) -> dict[str, Any]:
+        if self.backend is None:
+            return {"ok": False, "error": "sandbox backend not opened"}
+        return await self.backend.health()
+
+    def settings(self) -> RunSettings:
+        cfg = self.config
+        return RunSettings(
+            python=cfg.python or sys.executable, timeout_s=cfg.test_timeout_s, memory_mb=cfg.memory_mb,
+            output_limit_bytes=int(cfg.output_limit_mb * (1 << 20)),
+            max_total_output_bytes=int(cfg.max_total_output_mb * (1 << 20)),
+            stop_on_failure=cfg.stop_at_first_failure and cfg.reward_mode == "binary",
+            float_tolerance=cfg.float_tolerance, max_processes=cfg.max_processes,
+            max_open_files=cfg.max_open_files)
+
+    async def verify(self, row: CodeRow, response: ResponseObject, session: Any | None) -> Verdict:
+        text = response.output_text
+        code = extract_code(text)
+        extras: dict[str, Any] = {"extracted_model_output": text, "extracted_model_code": code}
+        if code is None:
+            return Verdict(0.0, extras={**extras, "first_failure": "NO_CODE", "verdicts": []})
+        tests = row.verifier_metadata.unit_tests
+        assert self.backend is not None, "setup() was not called"
+        try:
+            sandbox = await self.backend.create(SandboxSpec())
+            try:
+                outcome = await run_submission(sandbox, code, tests.inputs, tests.outputs, tests.fn_name,
+                                               self.settings())
+            finally:
+                await sandbox.destroy()
+        except (SandboxError, HarnessFailed) as exc:
+            return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc)[-2000:], **extras)
+        if outcome.bad_row:
+            return Verdict.failure(FailureClass.VERIFIER_ERROR, f"unusable unit test: {outcome.bad_row}", **extras)
+        extras.update(outcome.as_extras())
+        total = len(tests.outputs)
+        if outcome.compile_error:
+            return Verdict(0.0, extras=extras)
+        if self.config.reward_mode == "fraction":
+            return Verdict(outcome.passed / total, extras=extras)
+        return Verdict(1.0 if outcome.passed == total else 0.0, extras=extras)
