@@ -338,10 +338,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # key=value overrides may come after options (`verify math --data x k=v`), which argparse's
+    # positional matching does not allow: collect them from the leftovers.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+            args.overrides = list(args.overrides) + extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "serve":
         # NAME... and key=value share one positional list: split them here.
-        args.overrides = [n for n in args.names if "=" in n]
+        args.overrides = [n for n in args.names if "=" in n] + list(args.overrides)
         args.names = [n for n in args.names if "=" not in n]
         if not args.names:
             parser.error("serve: name at least one environment")

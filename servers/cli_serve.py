@@ -100,11 +100,11 @@ async def spawn_servers(names: list[str], *, host: str = "127.0.0.1", port: int 
     children: list[Child] = []
     try:
         for i, name in enumerate(names):
-            cmd = [sys.executable, "-m", "servers.cli_serve", name, "--host", host,
+            # Overrides right after the name: argparse does not take positionals after options.
+            cmd = [sys.executable, "-m", "servers.cli_serve", name, *per_env[name], "--host", host,
                    "--port", str(0 if port is None else port + i), "--log-level", log_level]
             if config_file:
                 cmd += ["--config", config_file]
-            cmd += per_env[name]
             process = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
             child = Child(name, process)
             child.output_task = asyncio.create_task(_pump_output(child, echo_output))
@@ -136,6 +136,8 @@ async def stop_servers(children: list[Child], timeout_s: float = 40.0) -> dict[s
             codes[child.name] = await child.process.wait()
         if child.output_task is not None:
             await asyncio.gather(child.output_task, return_exceptions=True)
+        if child.ready.done() and not child.ready.cancelled():
+            child.ready.exception()  # retrieved: a child stopped before ready is reported elsewhere
     return codes
 
 
