@@ -27,6 +27,8 @@ _READ_CHUNK = 1 << 16
 # After the launcher exits, its PID namespace is gone, so pipes reach EOF at once; this
 # grace only covers a launcher that leaked a pipe end to something outside the sandbox.
 _EOF_GRACE_S = 1.0
+# How long a launcher gets to reap its killed sandbox before it is killed itself.
+_LAUNCHER_GRACE_S = 2.0
 
 
 @dataclass
@@ -172,16 +174,21 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
     state = {"output_limited": False, "killed": False}
 
     def kill() -> None:
-        if not state["killed"]:
-            state["killed"] = True
-            if status is not None:
-                status.feed()  # the pid may be sitting unread in the pipe
-                if status.child_pid is not None:
-                    # Still our launcher's unreaped child, so the pid cannot have been reused.
-                    _kill_pid(status.child_pid)
+        if state["killed"]:
+            return
+        state["killed"] = True
+        if status is not None:
+            status.feed()  # the pid may be sitting unread in the pipe
+        if status is not None and status.child_pid is not None:
+            # Kill the namespace's pid 1 (still the launcher's unreaped child, so the pid
+            # cannot have been reused): the kernel kills the whole namespace, and the
+            # launcher reaps it and exits by itself, leaving no zombie to the host's init.
+            _kill_pid(status.child_pid)
+            loop.call_later(_LAUNCHER_GRACE_S, lambda: exited.done() or _kill_tree(pid))
+        else:
             _kill_tree(pid)
-            if on_kill is not None:
-                on_kill()
+        if on_kill is not None:
+            on_kill()
 
     def on_readable(fd: int) -> None:
         cap = captures[fd]
