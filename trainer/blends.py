@@ -1,0 +1,215 @@
+"""Blend specs: ``blends/<name>.yaml`` -> a typed :class:`Blend` (see blends/README.md).
+
+A blend says where rows come from (a Hugging Face dataset repo + file, local JSONL files,
+or an environment's offline generator), how ``_hf_placeholder`` rows are resolved, how the
+validation split is cut, how a row's ``agent_ref.name`` maps to one of our environments,
+and optional per-environment weights, curriculum and low-effort conversion.
+
+Unknown keys are errors naming the closest valid key (a misspelt key silently ignored is
+how an RL run trains on the wrong data for a week).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+BLENDS_DIR = Path(__file__).resolve().parent.parent / "blends"
+
+# NeMo-Gym agent names seen in the Nemotron blends -> our environment names. Blends may
+# extend or override this with their own ``agent_map``.
+DEFAULT_AGENT_MAP: dict[str, str] = {
+    "math_with_judge_simple_agent": "math",
+    "math_simple_agent": "math",
+    "math_with_code_simple_agent": "math_python",
+    "math_python_simple_agent": "math_python",
+    "mcqa_simple_agent": "mcqa",
+    "instruction_following_simple_agent": "instruction_following",
+    "code_gen_simple_agent": "code",
+    "competitive_coding_simple_agent": "code",
+    "structured_outputs_simple_agent": "structured_outputs",
+    "xlam_fc_simple_agent": "tool_call",
+    "tool_call_simple_agent": "tool_call",
+    "workplace_assistant_simple_agent": "workplace_assistant",
+    "ruler_simple_agent": "long_context",
+    "long_context_simple_agent": "long_context",
+    "reasoning_gym_simple_agent": "reasoning_gym",
+    "terminal_simple_agent": "terminal",
+    "terminus_simple_agent": "terminal",
+    "swe_pivot_simple_agent": "swe",
+    "swebench_openhands_agent": "swe",
+    "swe_agent": "swe",
+}
+
+
+class BlendError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HubSource(_Strict):
+    repo: str = Field(description="Hugging Face dataset repo, e.g. nvidia/Nemotron-3-Super-RL-Training-Blends")
+    file: str = Field(description="File inside the repo, e.g. rlvr1.jsonl")
+    revision: str | None = None
+
+
+class GenerateSource(_Strict):
+    env: str = Field(description="Environment whose offline generator makes the rows (envs generate ENV)")
+    tasks: list[str] = Field(default_factory=list)
+    size: int = 100
+    seed: int = 0
+    options: dict[str, Any] = Field(default_factory=dict, description="generator options (key=value of envs generate)")
+
+
+class Source(_Strict):
+    """Exactly one of ``hub``, ``path`` (local JSONL, relative to the blend file) or ``generate``."""
+
+    name: str | None = None
+    hub: HubSource | None = None
+    path: str | None = None
+    generate: GenerateSource | None = None
+    default_agent: str | None = Field(None, description="agent_ref.name for rows of this source that lack one")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Source":
+        kinds = [k for k in ("hub", "path", "generate") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"a source needs exactly one of hub/path/generate, got {kinds or 'none'}")
+        return self
+
+    def label(self) -> str:
+        if self.hub:
+            return f"hf://{self.hub.repo}/{self.hub.file}"
+        if self.path:
+            return self.path
+        assert self.generate
+        return f"generate:{self.generate.env}:{','.join(self.generate.tasks)}:size={self.generate.size}:seed={self.generate.seed}"
+
+
+class Placeholders(_Strict):
+    resolve: bool = Field(False, description="Resolve _hf_placeholder rows (RLVR blends only)")
+    local_sources: dict[str, str] = Field(default_factory=dict,
+                                          description="dataset name -> local file in the source's format (offline)")
+
+
+class Split(_Strict):
+    val_holdout: int | None = Field(100, description="Last N rows -> val (the Nemotron recipe: 100)")
+    val_ratio: float | None = Field(None, ge=0.0, lt=1.0, description="Or a fraction of rows -> val (last rows)")
+    shuffle_seed: int | None = Field(None, description="Shuffle rows before the split (null: keep file order)")
+
+
+class Curriculum(_Strict):
+    max_pass_rate: float | None = Field(None, description="Drop train rows whose recorded pass rate is above this")
+    pass_rate_key: str = "pass_rate"
+    sort_by_difficulty: bool = Field(False, description="Order train rows easiest-first (descending pass rate), rows without one last")
+
+
+class LowEffort(_Strict):
+    """NeMo-RL effort levels (nemo-rl.md §1.4): a fraction of prompts gets ``low_string``
+    appended to the last user message; NeMo-RL then shapes their reward by length."""
+
+    fraction: float = Field(0.0, ge=0.0, le=1.0)
+    envs: list[str] = Field(default_factory=lambda: ["math", "math_python", "mcqa", "code", "reasoning_gym"])
+    low_string: str = "/lowthink"
+    seed: int = 0
+
+
+class Blend(_Strict):
+    name: str
+    description: str = ""
+    sources: list[Source]
+    placeholders: Placeholders = Field(default_factory=Placeholders)
+    split: Split = Field(default_factory=Split)
+    agent_map: dict[str, str] = Field(default_factory=dict)
+    default_env: str | None = Field(None, description="Env for rows without agent_ref (else the row is invalid)")
+    weights: dict[str, float] = Field(default_factory=dict, description="env -> train-row multiplier (0.5 halves, 2 doubles)")
+    curriculum: Curriculum = Field(default_factory=Curriculum)
+    low_effort: LowEffort = Field(default_factory=LowEffort)
+    sample: int | None = Field(None, description="Keep only the first N rows (quick runs)")
+    path: str | None = Field(None, exclude=True)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.path).parent if self.path else BLENDS_DIR
+
+    @property
+    def agents(self) -> dict[str, str]:
+        return {**DEFAULT_AGENT_MAP, **self.agent_map}
+
+    def env_for(self, row: dict[str, Any]) -> str | None:
+        """Our environment name for a row: its ``agent_ref.name`` through the agent map
+        (an agent name that already is an environment name maps to itself)."""
+        ref = row.get("agent_ref")
+        name = ref.get("name") if isinstance(ref, dict) else None
+        if name is None:
+            return self.default_env
+        return self.agents.get(name, name)
+
+
+def _closest_key_errors(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            model = _model_at(err["loc"][:-1])
+            valid = list(model.model_fields) if model else []
+            close = difflib.get_close_matches(str(err["loc"][-1]), valid, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            problems.append(f"unknown key {loc!r}.{hint} Valid keys here: {', '.join(valid)}")
+        else:
+            problems.append(f"{loc}: {err['msg']}")
+    return "; ".join(problems)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: Any = Blend
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if model else None
+        if field is None:
+            return None
+        ann = field.annotation
+        for candidate in (ann, *getattr(ann, "__args__", ())):
+            inner = getattr(candidate, "__args__", (candidate,))
+            found = next((c for c in (candidate, *inner) if isinstance(c, type) and issubclass(c, BaseModel)), None)
+            if found:
+                model = found
+                break
+        else:
+            return None
+    return model
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in BLENDS_DIR.glob("*.yaml"))
+
+
+def load_blend(name_or_path: str) -> Blend:
+    """A blend by name (``blends/<name>.yaml``) or by path to a YAML file."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") and path.exists()):
+        path = BLENDS_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        close = difflib.get_close_matches(name_or_path, available(), n=2)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise BlendError(f"unknown blend {name_or_path!r}.{hint} Available: {', '.join(available())}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise BlendError(f"{path}: a blend is a mapping of keys")
+    data.setdefault("name", path.stem)
+    try:
+        blend = Blend.model_validate(data)
+    except ValidationError as exc:
+        raise BlendError(f"{path}: {_closest_key_errors(exc)}") from None
+    blend.path = str(path)
+    return blend
+
+

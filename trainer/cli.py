@@ -1,0 +1,221 @@
+"""The ``driver`` command.
+
+  driver blends                                   list the shipped blends
+  driver data prep --blend tiny                   blend -> train/val JSONL + manifest
+  driver rollout --blend tiny                     start the env servers, generate, score, summarise
+  driver run --blend tiny                         GRPO training (trainer/run_command.py)
+
+Every subcommand has ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_ROOT = Path("data")
+
+
+class UsageError(Exception):
+    pass
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    return Path(args.output) if getattr(args, "output", None) else DEFAULT_DATA_ROOT / Path(args.blend).stem
+
+
+# ---- driver blends --------------------------------------------------------------------------
+def cmd_blends(_: argparse.Namespace) -> int:
+    from trainer.blends import available, load_blend
+
+    for name in available():
+        blend = load_blend(name)
+        print(f"{name:<8} {blend.description}  [{', '.join(s.label() for s in blend.sources)}]")
+    return 0
+
+
+# ---- driver data prep -----------------------------------------------------------------------
+def prep_blend(blend_name: str, output: Path, *, sample: int | None = None, force: bool = False,
+               input_path: Path | None = None, skip_invalid: bool = False) -> Any:
+    from trainer.blends import load_blend
+    from trainer.data_prep import PrepOptions, prepare
+
+    blend = load_blend(blend_name)
+    return prepare(blend, PrepOptions(output=output, sample=sample, force=force, input=input_path,
+                                      skip_invalid=skip_invalid))
+
+
+def cmd_data_prep(args: argparse.Namespace) -> int:
+    from trainer.blends import BlendError
+    from trainer.data_prep import DataPrepError
+
+    out = _data_dir(args)
+    try:
+        result = prep_blend(args.blend, out, sample=args.sample, force=args.force,
+                            input_path=Path(args.input) if args.input else None, skip_invalid=args.skip_invalid)
+    except (BlendError, DataPrepError) as exc:
+        print(f"driver data prep: {exc}", file=sys.stderr)
+        return 1
+    c = result.manifest["counts"]
+    if result.skipped:
+        print(f"{out}: up to date (blend and inputs unchanged); --force to rebuild")
+    else:
+        print(f"{out}: train {c['train']} rows, val {c['val']} rows, "
+              f"{c['placeholders_resolved']} placeholders resolved, {c['low_effort_converted']} low-effort, "
+              f"{c['curriculum_dropped']} dropped by curriculum ({result.manifest['seconds']}s)")
+        print(f"  train per env: {c['train_per_env']}")
+        if c["rejected"]:
+            print(f"  {c['rejected']} invalid rows skipped -> {out / 'rejected.jsonl'} (line numbers and reasons inside)")
+    return 0
+
+
+# ---- driver rollout -------------------------------------------------------------------------
+def _parse_urls(pairs: list[str]) -> dict[str, str]:
+    urls = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UsageError(f"--env-url {pair!r}: expected NAME=URL")
+        name, url = pair.split("=", 1)
+        urls[name] = url
+    return urls
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from trainer.blends import BlendError, load_blend
+    from trainer.data_prep import DataPrepError
+    from trainer.generation import SamplingParams
+    from trainer.rollout import RolloutSettings, format_summary, read_rollouts
+
+    try:
+        blend = load_blend(args.blend)
+        split_file = Path(args.input) if args.input else DEFAULT_DATA_ROOT / blend.name / f"{args.split}.jsonl"
+        if not args.input and not split_file.exists():
+            print(f"{split_file} missing: running `driver data prep --blend {args.blend}` first")
+            prep_blend(args.blend, split_file.parent)
+    except (BlendError, DataPrepError) as exc:
+        print(f"driver rollout: {exc}", file=sys.stderr)
+        return 1
+    rows = read_rollouts(split_file, repair_tail=False)
+    if args.limit:
+        rows = rows[: args.limit]
+    if not rows:
+        print(f"driver rollout: {split_file} has no rows", file=sys.stderr)
+        return 1
+    missing_env = [i for i, r in enumerate(rows, 1) if blend.env_for(r) is None]
+    if missing_env:
+        raise UsageError(f"{split_file}: rows {missing_env[:10]} route to no environment (no agent_ref)")
+    output = Path(args.output) if args.output else Path("runs") / f"rollouts_{blend.name}_{args.split}.jsonl"
+    settings = RolloutSettings(
+        num_generations=args.num_generations, max_steps=args.max_steps, concurrency=args.concurrency,
+        pass_threshold=args.pass_threshold,
+        sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                                stop=tuple(args.stop or ())))
+    summary = asyncio.run(_rollout(blend, rows, settings, output, args))
+    print(format_summary(summary))
+    print(json.dumps({"summary": str(output.with_name(output.stem + "_summary.json")),
+                      "rollouts_per_s": summary["this_run"]["rollouts_per_s"]}))
+    return 0
+
+
+async def _rollout(blend: Any, rows: list[dict[str, Any]], settings: Any, output: Path, args: argparse.Namespace) -> Any:
+    from servers.client import EnvClient
+    from trainer.fleet import Fleet, fetch_info
+    from trainer.generation import BatchedGenerator
+    from trainer.policy import Policy, PolicyConfig
+    from trainer.rollout import collect
+
+    given = _parse_urls(args.env_url or [])
+    needed = sorted({blend.env_for(r) for r in rows})
+    to_start = [env for env in needed if env not in given]
+    print(f"environments: {', '.join(needed)}" + (f" (starting {', '.join(to_start)})" if to_start else ""))
+    fleet = Fleet(to_start)
+    await asyncio.to_thread(fleet.start)
+    try:
+        urls = {**given, **fleet.urls}
+        stateful = {env: bool(fetch_info(urls[env]).get("stateful")) for env in needed}
+        policy = await asyncio.to_thread(Policy.load, PolicyConfig(model_name=args.model, seed=args.seed))
+        async with EnvClient({e: urls[e] for e in needed}, retries=args.retries, timeout_s=args.timeout) as client, \
+                BatchedGenerator(policy, max_batch=args.batch_size, seed=args.seed) as generator:
+            return await collect(rows, route=blend.env_for, client=client, generator=generator, stateful=stateful,
+                                 settings=settings, output=output)
+    finally:
+        await asyncio.to_thread(fleet.stop)
+
+
+# ---- parser ---------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="driver", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("blends", help="list the shipped blends")
+    p.set_defaults(func=cmd_blends)
+
+    data = sub.add_parser("data", help="data commands (prep)")
+    data_sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
+    p = data_sub.add_parser("prep", help="blend -> train.jsonl, val.jsonl, manifest.json",
+                            description="Load a blend's rows, resolve placeholders, validate every row against its "
+                                        "environment, split, write train/val/manifest. Skips when up to date.")
+    p.add_argument("--blend", required=True, help="blend name (blends/NAME.yaml) or path to a blend YAML")
+    p.add_argument("--sample", type=int, help="keep only the first N rows")
+    p.add_argument("--force", action="store_true", help="rebuild even when the output is up to date")
+    p.add_argument("--input", help="local JSONL file (or folder holding the blend's files) instead of the hub")
+    p.add_argument("--output", help=f"output folder (default {DEFAULT_DATA_ROOT}/BLEND)")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="write invalid rows to rejected.jsonl and continue (default: fail on the first report)")
+    p.set_defaults(func=cmd_data_prep)
+
+    p = sub.add_parser("rollout", help="generate K responses per prompt and score them on the env servers",
+                       description="Starts the environment servers the blend needs (or uses --env-url), generates with "
+                                   "the local policy, scores, writes NeMo-Gym rollout rows; resumable.")
+    p.add_argument("--blend", required=True, help="blend name or YAML path")
+    p.add_argument("--split", default="val", choices=["train", "val"], help="which prepared split (default val)")
+    p.add_argument("--input", help="JSONL of rows to roll out instead of the prepared split")
+    p.add_argument("--num-generations", type=int, default=8, help="responses per prompt, K (default 8)")
+    p.add_argument("--limit", type=int, help="only the first N prompts")
+    p.add_argument("--output", help="rollout JSONL (default runs/rollouts_BLEND_SPLIT.jsonl)")
+    p.add_argument("--env-url", action="append", metavar="NAME=URL", help="use a running server for NAME (repeatable)")
+    p.add_argument("--model", default="tiny", help="policy.model_name: 'tiny' or a local model path (default tiny)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--max-steps", type=int, default=8, help="model turns per rollout for tool environments")
+    p.add_argument("--batch-size", type=int, default=64, help="sequences decoded together")
+    p.add_argument("--concurrency", type=int, default=128, help="rollouts in flight")
+    p.add_argument("--pass-threshold", type=float, default=1.0, help="reward counted as a pass for pass@k")
+    p.add_argument("--retries", type=int, default=3, help="client retries on 503/connection errors before failing")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per server call")
+    p.set_defaults(func=cmd_rollout)
+
+    # `driver run` lives in trainer/run_command.py (the GRPO engine); optional until it exists.
+    try:
+        run_command = importlib.import_module("trainer.run_command")
+    except ModuleNotFoundError as exc:
+        if exc.name != "trainer.run_command":
+            raise
+    else:
+        run_command.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"driver: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("driver: interrupted (rerun the same command to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

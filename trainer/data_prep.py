@@ -1,0 +1,361 @@
+"""``driver data prep``: blend -> ``train.jsonl``, ``val.jsonl``, ``manifest.json``.
+
+Steps: load every source (line numbers kept) -> ``--sample`` -> resolve ``_hf_placeholder``
+rows -> validate every row against the environment it routes to -> split (last
+``val_holdout`` rows or a ratio) -> train-only transforms (curriculum, per-env weights,
+low-effort conversion) -> write, with a manifest of sources, hashes, counts and options.
+
+Blend files are read line by line with orjson rather than ``datasets.load_dataset('json')``
+on purpose: the Nemotron blends mix row shapes (Arrow would force one schema and add
+``null`` for every missing key, which NeMo-Gym's ``extra="forbid"`` models then reject) and
+bad rows must be reported by line number. Hub files are fetched with ``huggingface_hub``
+(the datasets library's own downloader); placeholder *source* datasets are loaded with
+``datasets``.
+
+Validation reads each environment's row schema (``Row.model_json_schema()``) through the
+registry and checks rows with ``jsonschema`` — no environment scoring code runs here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+from tqdm import tqdm
+
+from trainer.blends import Blend, Source
+from trainer.placeholders import PLACEHOLDER_KEY, PlaceholderError, SourceTables, resolve_row
+
+PREP_VERSION = 1
+
+
+class DataPrepError(RuntimeError):
+    pass
+
+
+@dataclass
+class Loaded:
+    row: dict[str, Any]
+    source: str
+    line: int
+
+
+@dataclass
+class Rejected:
+    source: str
+    line: int
+    reason: str
+    row: Any
+
+    def describe(self) -> str:
+        return f"{self.source}:{self.line}: {self.reason}"
+
+
+@dataclass
+class PrepOptions:
+    output: Path
+    sample: int | None = None
+    force: bool = False
+    input: Path | None = None
+    skip_invalid: bool = False
+    progress: bool = True
+
+
+@dataclass
+class PrepResult:
+    output: Path
+    manifest: dict[str, Any]
+    skipped: bool = False
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---- sources -----------------------------------------------------------------------------
+def _source_file(blend: Blend, source: Source, override: Path | None, workdir: Path) -> Path:
+    """The local JSONL file behind a source (downloading / generating it if needed)."""
+    if override is not None:
+        if override.is_dir():
+            name = Path(source.hub.file).name if source.hub else Path(source.path or "").name
+            candidate = override / name
+            if not candidate.exists():
+                raise DataPrepError(f"--input {override}: expected {name} in it for source {source.label()}")
+            return candidate
+        return override
+    if source.path:
+        path = Path(source.path)
+        return path if path.is_absolute() else (blend.folder / path)
+    if source.hub:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(source.hub.repo, source.hub.file, repo_type="dataset",
+                                    revision=source.hub.revision))
+    gen = source.generate
+    assert gen is not None
+    out = workdir / f"generated_{gen.env}_{gen.seed}.jsonl"
+    cmd = [sys.executable, "-m", "servers.cli", "generate", gen.env, "--size", str(gen.size), "--seed", str(gen.seed),
+           "--output", str(out)]
+    if gen.tasks:
+        cmd += ["--tasks", ",".join(gen.tasks)]
+    cmd += [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in gen.options.items()]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise DataPrepError(f"source {source.label()}: `envs generate` failed:\n{done.stderr[-2000:]}")
+    return out
+
+
+def _read_jsonl(path: Path, label: str, default_agent: str | None,
+                rejected: list[Rejected]) -> Iterator[Loaded]:
+    if not path.exists():
+        raise DataPrepError(f"source {label}: file {path} does not exist")
+    with open(path, "rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                rejected.append(Rejected(label, number, f"not valid JSON: {exc}", line.decode(errors="replace")[:500]))
+                continue
+            if not isinstance(row, dict):
+                rejected.append(Rejected(label, number, "a row must be a JSON object", row))
+                continue
+            if default_agent and "agent_ref" not in row:
+                row["agent_ref"] = {"type": "responses_api_agents", "name": default_agent}
+            yield Loaded(row, label, number)
+
+
+# ---- validation ----------------------------------------------------------------------------
+class RowValidator:
+    """Checks that a row routes to a known environment and matches that environment's
+    declared row schema. Schemas are read once per environment."""
+
+    def __init__(self, blend: Blend, known_envs: dict[str, Any] | None = None):
+        from servers import registry
+
+        self.blend = blend
+        self.entries = known_envs if known_envs is not None else registry.discover()
+        self._validators: dict[str, Any] = {}
+
+    def _validator(self, env: str) -> Any:
+        if env not in self._validators:
+            import jsonschema
+
+            schema = self.entries[env].load_class().Row.model_json_schema()
+            self._validators[env] = jsonschema.Draft202012Validator(schema)
+        return self._validators[env]
+
+    def check(self, row: dict[str, Any]) -> str | None:
+        """None when the row is fine, else the reason it is not."""
+        if PLACEHOLDER_KEY in row:
+            return f"unresolved {PLACEHOLDER_KEY} row (dataset {row.get('dataset')!r}): set placeholders.resolve"
+        env = self.blend.env_for(row)
+        if env is None:
+            return "no agent_ref.name and the blend sets no default_env"
+        if env not in self.entries:
+            agent = (row.get("agent_ref") or {}).get("name")
+            return (f"agent_ref.name {agent!r} routes to environment {env!r}, which is not installed "
+                    f"(known: {', '.join(sorted(self.entries))}); map it in the blend's agent_map")
+        params = row.get("responses_create_params")
+        if not isinstance(params, dict) or not params.get("input"):
+            return "responses_create_params.input is missing or empty"
+        try:
+            validator = self._validator(env)
+        except Exception as exc:  # noqa: BLE001 - a broken environment is reported against its rows
+            return f"environment {env!r} could not be loaded to read its row fields: {type(exc).__name__}: {exc}"
+        error = next(iter(validator.iter_errors(row)), None)
+        if error is not None:
+            where = ".".join(str(p) for p in error.absolute_path) or "(row)"
+            return f"does not match {env}'s row fields at {where}: {error.message[:300]}"
+        return None
+
+
+# ---- transforms ------------------------------------------------------------------------------
+def split_rows(rows: list[Loaded], blend: Blend) -> tuple[list[Loaded], list[Loaded]]:
+    rows = list(rows)
+    if blend.split.shuffle_seed is not None:
+        random.Random(blend.split.shuffle_seed).shuffle(rows)
+    if blend.split.val_ratio is not None:
+        n_val = int(round(len(rows) * blend.split.val_ratio))
+    else:
+        n_val = blend.split.val_holdout or 0
+    if n_val >= len(rows) and n_val > 0:
+        raise DataPrepError(f"{len(rows)} valid rows, but the split holds out {n_val} for validation")
+    return (rows[:-n_val], rows[-n_val:]) if n_val else (rows, [])
+
+
+def apply_curriculum(rows: list[Loaded], blend: Blend) -> tuple[list[Loaded], int]:
+    cur = blend.curriculum
+    key = cur.pass_rate_key
+    dropped = 0
+    if cur.max_pass_rate is not None:
+        kept = [r for r in rows if not (isinstance(r.row.get(key), (int, float)) and r.row[key] > cur.max_pass_rate)]
+        dropped, rows = len(rows) - len(kept), kept
+    if cur.sort_by_difficulty:
+        # Easiest first (highest recorded pass rate); stable, so ties keep file order; unknown last.
+        rows = sorted(rows, key=lambda r: -r.row[key] if isinstance(r.row.get(key), (int, float)) else float("inf"))
+    return rows, dropped
+
+
+def apply_weights(rows: list[Loaded], blend: Blend, seed: int = 0) -> list[Loaded]:
+    """Per-environment multipliers: w<1 keeps a deterministic w-fraction, w>1 repeats rows."""
+    if not blend.weights:
+        return rows
+    rng = random.Random(seed)
+    out: list[Loaded] = []
+    for r in rows:
+        w = blend.weights.get(blend.env_for(r.row) or "", 1.0)
+        copies = int(w) + (1 if rng.random() < w - int(w) else 0)
+        out += [r] * copies
+    return out
+
+
+def apply_low_effort(rows: list[Loaded], blend: Blend) -> int:
+    """Append ``low_string`` to the last user message of a fraction of eligible rows."""
+    cfg = blend.low_effort
+    if cfg.fraction <= 0:
+        return 0
+    rng = random.Random(cfg.seed)
+    converted = 0
+    for r in rows:
+        if blend.env_for(r.row) not in cfg.envs or rng.random() >= cfg.fraction:
+            continue
+        params = dict(r.row["responses_create_params"])
+        items = params["input"]
+        if isinstance(items, str):
+            params["input"] = items + " " + cfg.low_string
+        else:
+            items = [dict(m) for m in items]
+            for m in reversed(items):
+                if m.get("role") == "user" and isinstance(m.get("content"), str):
+                    m["content"] = m["content"] + " " + cfg.low_string
+                    break
+            else:
+                continue
+            params["input"] = items
+        r.row = {**r.row, "responses_create_params": params}
+        converted += 1
+    return converted
+
+
+# ---- the command -------------------------------------------------------------------------------
+def _fingerprint(blend: Blend, inputs: dict[str, str], opts: PrepOptions) -> str:
+    blend_text = Path(blend.path).read_text() if blend.path else blend.model_dump_json()
+    payload = json.dumps({"v": PREP_VERSION, "blend": blend_text, "inputs": inputs, "sample": opts.sample,
+                          "skip_invalid": opts.skip_invalid}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _write(path: Path, rows: list[Loaded]) -> None:
+    with open(path, "wb") as fh:
+        for r in rows:
+            fh.write(orjson.dumps(r.row) + b"\n")
+
+
+def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
+    out = opts.output
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="verigym-prep-"))
+    start = time.perf_counter()
+    files = {s.label(): _source_file(blend, s, opts.input, workdir) for s in blend.sources}
+    inputs = {label: sha256_file(path) for label, path in files.items()}
+    fingerprint = _fingerprint(blend, inputs, opts)
+    manifest_path = out / "manifest.json"
+    if not opts.force and manifest_path.exists():
+        old = json.loads(manifest_path.read_text())
+        outputs_ok = all((out / name).exists() and sha256_file(out / name) == digest
+                         for name, digest in old.get("outputs", {}).items())
+        if old.get("fingerprint") == fingerprint and outputs_ok:
+            return PrepResult(out, old, skipped=True)
+
+    rejected: list[Rejected] = []
+    loaded: list[Loaded] = []
+    sample = opts.sample if opts.sample is not None else blend.sample
+    for source in blend.sources:
+        for item in _read_jsonl(files[source.label()], source.label(), source.default_agent, rejected):
+            if sample is not None and len(loaded) >= sample:
+                break
+            loaded.append(item)
+
+    resolved = 0
+    if blend.placeholders.resolve:
+        tables = SourceTables(blend.placeholders.local_sources)
+        pending = [r for r in loaded if PLACEHOLDER_KEY in r.row]
+        for r in tqdm(pending, desc="resolve placeholders", unit="row", disable=not opts.progress or not pending):
+            try:
+                r.row = resolve_row(r.row, tables.fetch)
+                resolved += 1
+            except PlaceholderError as exc:
+                rejected.append(Rejected(r.source, r.line, f"placeholder: {exc}", r.row))
+
+    validator = RowValidator(blend)
+    bad_ids = {id(r.row) for r in rejected}
+    valid: list[Loaded] = []
+    for r in tqdm(loaded, desc="validate", unit="row", disable=not opts.progress, mininterval=0.5):
+        if id(r.row) in bad_ids:
+            continue
+        reason = validator.check(r.row)
+        if reason:
+            rejected.append(Rejected(r.source, r.line, reason, r.row))
+        else:
+            valid.append(r)
+    rejected.sort(key=lambda x: (x.source, x.line))
+    if rejected and not opts.skip_invalid:
+        shown = "\n".join("  " + x.describe() for x in rejected[:20])
+        more = f"\n  ... and {len(rejected) - 20} more" if len(rejected) > 20 else ""
+        raise DataPrepError(f"{len(rejected)} invalid row(s) in blend {blend.name!r}:\n{shown}{more}\n"
+                            "Fix them, or pass --skip-invalid to write them to rejected.jsonl and continue.")
+
+    train, val = split_rows(valid, blend)
+    train, dropped_easy = apply_curriculum(train, blend)
+    before_weights = len(train)
+    train = apply_weights(train, blend)
+    low_effort = apply_low_effort(train, blend)
+
+    _write(out / "train.jsonl", train)
+    _write(out / "val.jsonl", val)
+    rejected_path = out / "rejected.jsonl"
+    if rejected:
+        with open(rejected_path, "wb") as fh:
+            for x in rejected:
+                fh.write(orjson.dumps({"source": x.source, "line": x.line, "reason": x.reason, "row": x.row}) + b"\n")
+    elif rejected_path.exists():
+        rejected_path.unlink()
+
+    def counts(rows: list[Loaded]) -> dict[str, int]:
+        return dict(sorted(Counter(blend.env_for(r.row) or "?" for r in rows).items()))
+
+    outputs = {name: sha256_file(out / name) for name in ("train.jsonl", "val.jsonl")}
+    manifest = {
+        "blend": blend.name, "blend_file": blend.path, "prep_version": PREP_VERSION, "fingerprint": fingerprint,
+        "sources": [{"source": label, "file": str(files[label]), "sha256": digest} for label, digest in inputs.items()],
+        "placeholder_sources": tables.describe() if blend.placeholders.resolve else {},
+        "options": {"sample": sample, "skip_invalid": opts.skip_invalid, "input": str(opts.input) if opts.input else None,
+                    "split": blend.split.model_dump(), "curriculum": blend.curriculum.model_dump(),
+                    "weights": blend.weights, "low_effort": blend.low_effort.model_dump()},
+        "counts": {"loaded": len(loaded) + sum(1 for x in rejected if x.reason.startswith("not valid JSON")
+                                               or x.reason.startswith("a row must")),
+                   "placeholders_resolved": resolved, "rejected": len(rejected), "train": len(train), "val": len(val),
+                   "curriculum_dropped": dropped_easy, "weights_delta": len(train) - before_weights,
+                   "low_effort_converted": low_effort, "train_per_env": counts(train), "val_per_env": counts(val)},
+        "agent_map": {k: v for k, v in blend.agents.items()},
+        "outputs": outputs, "seconds": round(time.perf_counter() - start, 2),
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2))
+    return PrepResult(out, manifest, rejected=rejected)

@@ -1,0 +1,147 @@
+"""Resolve ``_hf_placeholder`` rows the way the Nemotron recipe's ``fill_placeholders.py`` does.
+
+For licensing reasons the Nemotron RL blends ship some math rows without their text:
+``{"dataset": "<name>", "_hf_placeholder": {"row": i, "question_template": T}, ...}``.
+The text lives in a public source dataset (nemo-rl.md §5.2):
+
+* ``..._dapo17k`` -> ``BytedTsinghua-SIA/DAPO-Math-17k`` (split ``train``). The source
+  question at ``prompt[0].content`` is wrapped in DAPO's own instruction; we keep the middle
+  of its ``\\n\\n``-separated parts (the problem), then apply the blend's template
+  ``prefix + q + suffix`` and strip trailing newlines.
+* ``..._skywork*`` -> ``Skywork/Skywork-OR1-RL-Data`` (split ``math``): ``{question}`` in the
+  template is replaced; the row's ``question`` is the raw source question.
+
+The answer (``reward_model.ground_truth``) is parsed as JSON when it is JSON: first element
+of a list, first value of a dict. The row gets ``question``, ``expected_answer`` and
+``responses_create_params = {input: [{role: user, content: full_question}]}``; the
+placeholder key is dropped and every other field kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+PLACEHOLDER_KEY = "_hf_placeholder"
+
+
+@dataclass(frozen=True)
+class PlaceholderSource:
+    repo: str
+    split: str
+    template: str  # "dapo" | "skywork"
+    question_path: tuple[str | int, ...] = ("prompt", 0, "content")
+    answer_path: tuple[str | int, ...] = ("reward_model", "ground_truth")
+
+
+_DAPO = PlaceholderSource("BytedTsinghua-SIA/DAPO-Math-17k", "train", "dapo")
+_SKYWORK = PlaceholderSource("Skywork/Skywork-OR1-RL-Data", "math", "skywork")
+
+# Dataset names as they appear in the blends (super3 and nano3 recipes).
+SOURCES: dict[str, PlaceholderSource] = {
+    "super_v3_lcsft_step1000_dapo17k": _DAPO,
+    "super_v3_lcsft_step1000_skyworks": _SKYWORK,
+    "nano_v3_sft_profiled_dapo17k": _DAPO,
+    "nano_v3_sft_profiled_skywork_no_omni": _SKYWORK,
+}
+
+
+class PlaceholderError(ValueError):
+    pass
+
+
+def nested(record: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        if isinstance(record, dict):
+            record = record.get(key)
+        elif isinstance(record, list) and isinstance(key, int) and -len(record) <= key < len(record):
+            record = record[key]
+        else:
+            return None
+    return record
+
+
+def strip_dapo_wrapper(text: str) -> str:
+    """DAPO-Math-17k prompts are 'instruction\\n\\nPROBLEM\\n\\nreminder': keep the middle."""
+    parts = text.split("\n\n")
+    return "\n\n".join(parts[1:-1]) if len(parts) >= 3 else text
+
+
+def parse_answer(raw: Any) -> str:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    if isinstance(raw, list):
+        raw = raw[0] if raw else ""
+    elif isinstance(raw, dict):
+        raw = next(iter(raw.values()), "")
+    return str(raw)
+
+
+def resolve_row(row: dict[str, Any], fetch: Callable[[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """The filled row. ``fetch(dataset_name, index)`` returns the source dataset's row."""
+    placeholder = row[PLACEHOLDER_KEY]
+    name = row.get("dataset")
+    source = SOURCES.get(name)
+    if source is None:
+        raise PlaceholderError(f"placeholder row names dataset {name!r}; known sources: {sorted(SOURCES)}")
+    if not isinstance(placeholder, dict) or not isinstance(placeholder.get("row"), int):
+        raise PlaceholderError(f"{PLACEHOLDER_KEY} must be {{row: int, question_template: ...}}, got {placeholder!r}")
+    source_row = fetch(name, placeholder["row"])
+    raw_question = nested(source_row, source.question_path)
+    if not isinstance(raw_question, str):
+        raise PlaceholderError(f"{source.repo} row {placeholder['row']}: no question at {list(source.question_path)}")
+    answer = nested(source_row, source.answer_path)
+    if answer is None:
+        raise PlaceholderError(f"{source.repo} row {placeholder['row']}: no answer at {list(source.answer_path)}")
+    template = placeholder.get("question_template")
+    if source.template == "dapo":
+        problem = strip_dapo_wrapper(raw_question)
+        tpl = template if isinstance(template, dict) else {}
+        full = (tpl.get("prefix", "") + problem + tpl.get("suffix", "")).rstrip("\n")
+        question = full
+    else:
+        problem = raw_question
+        full = template.replace("{question}", problem) if isinstance(template, str) and "{question}" in template \
+            else problem
+        question = problem
+    out = {k: v for k, v in row.items() if k != PLACEHOLDER_KEY}
+    out.update(question=question, expected_answer=parse_answer(answer),
+               responses_create_params={"input": [{"role": "user", "content": full}]})
+    return out
+
+
+class SourceTables:
+    """Lazily loads each source dataset once with ``datasets`` (hub id, or a local override
+    ``{dataset_name: path}`` — a JSONL/parquet file or folder in the source's own format)."""
+
+    def __init__(self, local: dict[str, str] | None = None):
+        self.local = local or {}
+        self._tables: dict[str, Any] = {}
+
+    def fetch(self, name: str, index: int) -> dict[str, Any]:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = self._load(name)
+        if not 0 <= index < len(table):
+            raise PlaceholderError(f"placeholder row {index} is out of range for {name} ({len(table)} rows)")
+        return table[index]
+
+    def _load(self, name: str) -> Any:
+        import datasets
+
+        source = SOURCES[name]
+        path = self.local.get(name)
+        if path is None:
+            return datasets.load_dataset(source.repo, split=source.split)
+        if path.endswith((".jsonl", ".json")):
+            return datasets.load_dataset("json", data_files=path, split="train")
+        if path.endswith(".parquet"):
+            return datasets.load_dataset("parquet", data_files=path, split="train")
+        return datasets.load_dataset(path, split=source.split)
+
+    def describe(self) -> dict[str, str]:
+        return {name: self.local.get(name, f"hf://{SOURCES[name].repo}:{SOURCES[name].split}") for name in self._tables}
