@@ -49,8 +49,10 @@ class InstructionFollowingRow(RowModel):
     grading_mode: str | None = Field(None, description="Per-row override of the config's grading_mode.")
     verifier_metadata: dict[str, Any] | None = Field(None, description="{instruction_id_list, kwargs, prompt?, grading_mode?}")
 
-    _specs: list[InstructionSpec] = PrivateAttr(default_factory=list)
-    _bound: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    # Plain None defaults: a default_factory makes pydantic inspect the factory's signature
+    # on every validation, which cost more than the whole verification.
+    _specs: list[InstructionSpec] | None = PrivateAttr(None)
+    _bound: list[dict[str, Any]] | None = PrivateAttr(None)
     _mode: str | None = PrivateAttr(None)
 
     @model_validator(mode="after")
