@@ -1,0 +1,63 @@
+"""Ray placement of the engine's components. The same code runs on a local Ray the driver starts
+(default) or on a cluster it joins (``cluster.ray_address``); on a cluster the trainer and the
+generators are spread over workers (SPREAD scheduling)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from trainer.config import MasterConfig
+from trainer.grpo.replay_buffer import ReplayBuffer
+from trainer.grpo.weight_sync import WeightTransport
+from trainer.grpo.workers import GeneratorWorker, RewardWorker, TrainerWorker
+
+
+def init_ray(cfg: MasterConfig) -> bool:
+    """Start or join Ray. Returns True when this call started it (the caller shuts it down)."""
+    if ray.is_initialized():
+        return False
+    env = {"env_vars": {"OMP_NUM_THREADS": str(cfg.cluster.torch_threads_per_actor), "TOKENIZERS_PARALLELISM": "false",
+                        "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}}
+    if cfg.cluster.ray_address:
+        ray.init(address=cfg.cluster.ray_address, runtime_env=env, log_to_driver=False)
+    else:
+        ray.init(num_cpus=cfg.cluster.num_cpus or max(os.cpu_count() or 2, 4), include_dashboard=False,
+                 runtime_env=env, log_to_driver=False, configure_logging=False)
+    return True
+
+
+@dataclass
+class Components:
+    buffer: Any
+    reward: Any
+    trainer: Any
+    generators: list[Any]
+
+
+def launch(cfg: MasterConfig, train_rows: list[dict[str, Any]], urls: dict[str, Any], route_map: dict[str, str],
+           transport: WeightTransport) -> Components:
+    data = cfg.model_dump(mode="json")
+    spread = {"scheduling_strategy": "SPREAD"} if cfg.cluster.ray_address else {}
+    # Fractional CPUs: on a small machine all actors share the cores; the torch threads decide real use.
+    buffer = ray.remote(num_cpus=0.01, max_concurrency=16)(ReplayBuffer).remote(
+        [str(r.get("_verigym_id", i)) for i, r in enumerate(train_rows)], cfg.grpo.num_prompts_per_step,
+        cfg.max_age, cfg.grpo.max_num_steps, seed=cfg.grpo.seed, shuffle=cfg.data.shuffle,
+        max_num_epochs=cfg.grpo.max_num_epochs)
+    reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(data, urls, buffer, route_map)
+    trainer = ray.remote(num_cpus=1, **spread)(TrainerWorker).remote(data, transport)
+    rows_ref = ray.put(train_rows)
+    generators = [ray.remote(num_cpus=1, max_concurrency=4, **spread)(GeneratorWorker).remote(
+        data, i, rows_ref, buffer, reward, transport) for i in range(cfg.cluster.num_generation_workers)]
+    return Components(buffer, reward, trainer, generators)
+
+
+def get(ref: Any, timeout_s: float, what: str) -> Any:
+    """Every control call is bounded: a hung component raises instead of hanging the run."""
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise TimeoutError(f"{what} did not answer within {timeout_s:g}s (cluster.control_timeout_s)") from None

@@ -1,0 +1,148 @@
+"""One GRPO optimizer step on a batch of finished prompt groups (reference §2.5, steps 2-7).
+
+Filters (failed -> masked, overlong, seq logprob error) -> prev_logprobs -> group advantages ->
+microbatched loss normalised by global counts -> optimizer step(s).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from trainer.config import MasterConfig
+from trainer.grpo.advantages import compute_advantages, group_ids_from_prompts, zero_variance_fraction
+from trainer.grpo.loss import LossInputs, clipped_pg_loss, seq_logprob_error_mask
+from trainer.grpo.metrics import StepStats
+from trainer.grpo.replay_buffer import Group, Sample
+
+
+def forward_logprobs(model: Any, samples: list[Sample], temperature: float, pad_id: int,
+                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs [B, T] of each sample's generated tokens (right-padded), the generation
+    temperature applied as the decode loop does (trainer.generation's convention)."""
+    seqs = [s.prompt_ids + s.gen_ids for s in samples]
+    width = max(len(x) for x in seqs)
+    T = max(len(s.gen_ids) for s in samples)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, x in enumerate(seqs):
+        ids[i, :len(x)] = torch.tensor(x)
+        att[i, :len(x)] = 1
+    logits = model(input_ids=ids, attention_mask=att).logits.float()
+    if temperature > 0:
+        logits = logits / temperature
+    # position p predicts token p+1; generated token t sits at len(prompt)+t
+    starts = torch.tensor([len(s.prompt_ids) - 1 for s in samples])
+    pos = (starts[:, None] + torch.arange(T)[None, :]).clamp(max=width - 2)
+    sel = logits.gather(1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))       # [B, T, V]
+    logp_all = F.log_softmax(sel, dim=-1)
+    tgt = ids.gather(1, (pos + 1))
+    lp = logp_all.gather(2, tgt[:, :, None]).squeeze(2)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return lp, ent
+
+
+def _pad(rows: list[list[float]], T: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), T)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r, dtype=torch.float32)
+    return out
+
+
+def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[Group], step: int,
+                    cfg: MasterConfig, pad_id: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    g, lc, pc = cfg.grpo, cfg.loss_fn, cfg.policy
+    temp = pc.generation.temperature
+    samples = [s for grp in groups for s in grp.samples]
+    B = len(samples)
+    T = max(max(len(s.gen_ids) for s in samples), 1)
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    failed = torch.tensor([s.failure is not None for s in samples])
+    valid = ~failed if cfg.env.should_mask_flagged_samples else torch.ones(B, dtype=torch.bool)
+    truncated = torch.tensor([s.truncated for s in samples])
+    token_mask = _pad([[1.0] * len(s.gen_ids) for s in samples], T)
+    lp_gen = _pad([s.gen_logprobs for s in samples], T)
+
+    # sample mask: failed rollouts (env.should_mask_flagged_samples), overlong filtering (grpo.overlong_filtering;
+    # such samples stay in the baseline)
+    sample_mask = valid.clone()
+    if g.overlong_filtering:
+        sample_mask &= ~truncated
+
+    # prev_logprobs (skipped as NeMo-RL does when force_on_policy_ratio and no seq error threshold)
+    mb = pc.train_micro_batch_size
+    need_old = not lc.force_on_policy_ratio or g.seq_logprob_error_threshold is not None
+    model.train()
+    lp_old = torch.zeros(B, T)
+    if need_old:
+        with torch.no_grad():
+            for i in range(0, B, mb):
+                lp, _ = forward_logprobs(model, samples[i:i + mb], temp, pad_id)
+                lp_old[i:i + mb, :lp.shape[1]] = lp
+    keep, seq_err = seq_logprob_error_mask(lp_old, lp_gen, token_mask, g.seq_logprob_error_threshold)
+    masked_by_lp_error = int((sample_mask & ~keep).sum())
+    sample_mask &= keep
+
+    # advantages grouped by prompt token ids (grpo.use_leave_one_out_baseline / normalize_rewards / advantage_clip_*)
+    gid = group_ids_from_prompts([s.prompt_ids for s in samples])
+    adv = compute_advantages(rewards, gid, valid=valid, leave_one_out=g.use_leave_one_out_baseline,
+                             normalize=g.normalize_rewards, clip_low=g.advantage_clip_low, clip_high=g.advantage_clip_high)
+
+    stats = StepStats()
+    ent_sum, losses, grad_norms = 0.0, [], []
+    gbs = cfg.global_batch_size * B // cfg.rollout_batch_size  # in samples of this batch
+    for gs in range(0, B, gbs):
+        ge = gs + gbs
+        m = token_mask[gs:ge] * sample_mask[gs:ge, None].float()
+        toks, seqs = float(m.sum()), float(sample_mask[gs:ge].sum())
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for i in range(gs, ge, mb):
+            j = min(i + mb, ge)
+            lp, ent = forward_logprobs(model, samples[i:j], temp, pad_id, with_entropy=True)
+            t = lp.shape[1]
+            x = LossInputs(lp=lp, lp_old=lp_old[i:j, :t], lp_gen=lp_gen[i:j, :t], advantages=adv[i:j],
+                           token_mask=token_mask[i:j, :t], sample_mask=sample_mask[i:j].float())
+            loss, st = clipped_pg_loss(x, lc, toks, seqs)
+            loss.backward()
+            total += float(loss)
+            stats.add(st)
+            ent_sum += float((ent.detach() * token_mask[i:j, :t]).sum())
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), pc.max_grad_norm or float("inf"))
+        optimizer.step()
+        losses.append(total)
+        grad_norms.append(float(gn))
+    model.eval()
+
+    envs = sorted({s.env for s in samples})
+    valid_f = valid.float()
+    lags = [step - grp.start_version for grp in groups]
+    token_lags = [step - v for s in samples for v in s.versions]
+    n_tok = float(token_mask.sum())
+    out: dict[str, Any] = {
+        "train/loss": sum(losses) / len(losses), "train/grad_norm": sum(grad_norms) / len(grad_norms),
+        "train/reward": float((rewards * valid_f).sum() / valid_f.sum().clamp_min(1)),
+        **{f"train/reward/{e}": float(rewards[[s.env == e for s in samples]].mean()) for e in envs},
+        "train/zero_variance_groups_frac": zero_variance_fraction(rewards, gid.tolist()),
+        "train/advantages/mean": float(adv.mean()), "train/advantages/min": float(adv.min()),
+        "train/advantages/max": float(adv.max()), "train/advantages/abs_mean": float(adv.abs().mean()),
+        "train/entropy": ent_sum / max(n_tok, 1.0),
+        "train/masked_frac": float(1 - sample_mask.float().mean()),
+        "train/failed_frac": float(failed.float().mean()),
+        "train/num_masked_seqs_by_logprob_error": masked_by_lp_error,
+        "train/max_seq_mult_prob_error": float(seq_err.max()),
+        "train/truncation_rate": float(truncated.float().mean()),
+        "train/mean_gen_tokens_per_sample": n_tok / B, "train/total_num_tokens": n_tok,
+        "train/global_valid_seqs": float(sample_mask.sum()),
+        "async/lag_mean": sum(lags) / len(lags), "async/lag_max": max(lags),
+        "async/token_lag_mean": sum(token_lags) / max(len(token_lags), 1),
+        "async/token_lag_max": max(token_lags, default=0),
+        "async/mixed_version_samples_frac": sum(len(set(s.versions)) > 1 for s in samples) / B,
+        "timing/train/policy_training": time.perf_counter() - t0,
+        **stats.summary(),
+    }
+    return out

@@ -1,0 +1,300 @@
+"""The engine's components as plain classes; :mod:`trainer.grpo.actors` runs them as Ray actors.
+
+* :class:`GeneratorWorker` decodes continuously on its own thread. Before each batch it asks the
+  collector for admission; between decode steps the ``on_step`` hook swaps in new weights when
+  ``in_flight_weight_updates`` is on, so generation never drains and later tokens carry the new
+  version (the decode loop stamps each token and keeps the logprob it was sampled with).
+* :class:`RewardWorker` scores finished groups against the environment servers (async HTTP),
+  re-scores infrastructure failures ``env.failed_rollout_retries`` times, then hands the groups
+  to the collector; samples still failing keep their failure class and are masked in the loss.
+* :class:`TrainerWorker` owns the training copy of the policy and the optimizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.config import MasterConfig
+from trainer.grpo.replay_buffer import Group, Sample, Ticket
+from trainer.grpo.train_step import grpo_train_step
+from trainer.grpo.weight_sync import WeightTransport
+
+
+def load_policy(cfg: MasterConfig, threads: int) -> Any:
+    from trainer.policy import Policy, PolicyConfig, TinyModelConfig
+
+    torch.set_num_threads(threads)
+    p = cfg.policy
+    kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision}
+    if p.model_name == "tiny" and p.hf_config_overrides:
+        kw["tiny"] = TinyModelConfig(**p.hf_config_overrides)
+    return Policy.load(PolicyConfig(**kw))
+
+
+def prompt_ids_for(policy: Any, row: dict[str, Any]) -> list[int]:
+    from trainer.responses import chat_tools, to_chat_messages
+
+    params = row.get("responses_create_params", {})
+    return policy.encode(policy.render(to_chat_messages(params), chat_tools(params.get("tools"))))
+
+
+def sampling_params(cfg: MasterConfig, greedy: bool = False) -> Any:
+    from trainer.generation import SamplingParams
+
+    gc = cfg.policy.generation
+    temp = 0.0 if greedy and gc.val_temperature is None else (gc.val_temperature if greedy else gc.temperature)
+    return SamplingParams(temperature=temp, top_p=gc.top_p, max_new_tokens=gc.max_new_tokens,
+                          stop=tuple(gc.stop_strings or ()))
+
+
+def to_response(policy: Any, s: Sample, row: dict[str, Any]) -> dict[str, Any]:
+    from trainer.responses import build_response, turn_items
+
+    items = turn_items(s.text, prompt_ids=s.prompt_ids, gen_ids=s.gen_ids, logprobs=s.gen_logprobs,
+                       versions=s.versions, parse_tools=False)
+    return build_response(items, create_params=row.get("responses_create_params", {}), model=policy.name,
+                          input_tokens=len(s.prompt_ids), output_tokens=len(s.gen_ids), incomplete=s.truncated)
+
+
+class GeneratorWorker:
+    def __init__(self, cfg_data: dict[str, Any], worker_id: int, rows: list[dict[str, Any]], buffer: Any,
+                 reward: Any, transport: WeightTransport):
+        self.cfg = MasterConfig.model_validate(cfg_data)
+        self.id, self.rows, self.buffer, self.reward, self.transport = worker_id, rows, buffer, reward, transport
+        self.policy = load_policy(self.cfg, self.cfg.cluster.torch_threads_per_actor)
+        self._pending: tuple[int, Any] | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None
+        self.stats = {"gen_seconds": 0.0, "idle_seconds": 0.0, "tokens": 0, "groups": 0, "weight_updates": 0,
+                      "in_flight_updates": 0, "weight_load_seconds": 0.0}
+
+    # ---- weights ------------------------------------------------------------------------
+    def receive_weights(self, version: int, handle: Any) -> int:
+        """Control call from the driver: returns at once; the decode loop applies it."""
+        with self._lock:
+            if self._pending is None or version > self._pending[0]:
+                self._pending = (version, handle)
+        self._wake.set()
+        return self.policy.version
+
+    def _apply_pending(self, in_flight: bool) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None or pending[0] <= self.policy.version:
+            return
+        t0 = time.perf_counter()
+        state = self.transport.fetch(pending[1], self.cfg.cluster.control_timeout_s)
+        with self.policy.weights_lock:  # a decode step never runs on half-loaded weights
+            self.policy.model.load_state_dict(state)
+            self.policy.version = pending[0]
+        self.stats["weight_load_seconds"] += time.perf_counter() - t0
+        self.stats["weight_updates"] += 1
+        self.stats["in_flight_updates"] += int(in_flight)
+
+    def version(self) -> int:
+        return self.policy.version
+
+    # ---- the loop ------------------------------------------------------------------------
+    def start(self) -> bool:
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"generator-{self.id}")
+        self._thread.start()
+        return True
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.cfg.cluster.control_timeout_s)
+        return self.get_stats()
+
+    def get_stats(self) -> dict[str, Any]:
+        return {**self.stats, "version": self.policy.version, "error": self.error}
+
+    def _loop(self) -> None:
+        import ray
+
+        try:
+            timeout = self.cfg.cluster.control_timeout_s
+            in_flight = self.cfg.in_flight_updates
+            hook = (lambda _step: self._apply_pending(True)) if in_flight else None
+            while not self._stop.is_set():
+                self._apply_pending(False)
+                tickets = ray.get(self.buffer.admit.remote(self.policy.version, self.cfg.policy.generation_batch_size),
+                                  timeout=timeout)
+                if not tickets:
+                    t0 = time.perf_counter()
+                    self._wake.wait(0.05)
+                    self._wake.clear()
+                    self.stats["idle_seconds"] += time.perf_counter() - t0
+                    continue
+                groups = self.generate(tickets, hook)
+                self.reward.score_groups.remote(groups, [self.rows[t.prompt_index] for t in tickets])
+        except Exception as exc:  # surfaced to the driver through get_stats()
+            self.error = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def generate(self, tickets: list[Ticket], hook: Any = None) -> list[Group]:
+        from trainer.generation import decode_batch
+
+        t0 = time.perf_counter()
+        K = self.cfg.grpo.num_generations_per_prompt
+        params = sampling_params(self.cfg)
+        start_version = self.policy.version
+        prompts = [prompt_ids_for(self.policy, self.rows[t.prompt_index]) for t in tickets]
+        # one RNG per batch seeded by its first slot: reproducible for the same admissions
+        rng = torch.Generator().manual_seed(tickets[0].seed)
+        gens = decode_batch(self.policy, [p for p in prompts for _ in range(K)], [params] * (K * len(tickets)),
+                            rng=rng, on_step=hook)
+        dt = time.perf_counter() - t0
+        groups = []
+        for i, t in enumerate(tickets):
+            row = self.rows[t.prompt_index]
+            samples = [Sample(prompt_ids=list(x.prompt_ids), gen_ids=list(x.token_ids), gen_logprobs=list(x.logprobs),
+                              versions=list(x.versions), truncated=x.truncated, text=x.text)
+                       for x in gens[i * K:(i + 1) * K]]
+            groups.append(Group(ticket=t, prompt_id=str(row.get("_verigym_id", t.prompt_index)),
+                                start_version=start_version, samples=samples, gen_seconds=dt / len(tickets)))
+        self.stats["gen_seconds"] += dt
+        self.stats["tokens"] += sum(len(x.token_ids) for x in gens)
+        self.stats["groups"] += len(tickets)
+        return groups
+
+
+class RewardWorker:
+    """Async actor: many groups are scored concurrently while generators keep decoding."""
+
+    def __init__(self, cfg_data: dict[str, Any], urls: dict[str, Any], buffer: Any, route_map: dict[str, str]):
+        from servers.client import EnvClient
+
+        self.cfg = MasterConfig.model_validate(cfg_data)
+        self.buffer, self.route_map = buffer, route_map
+        e = self.cfg.env
+        self.client = EnvClient(urls, max_concurrency_per_server=e.max_concurrency_per_server, timeout_s=e.verify_timeout_s,
+                                retries=1, backoff_s=0.1, max_backoff_s=0.5)
+        self.stats = {"reward_seconds": 0.0, "scored": 0, "failed": 0, "retried": 0, "failures_by_class": {}}
+        self._policy_name = self.cfg.policy.model_name
+
+    def env_of(self, row: dict[str, Any]) -> str:
+        if row.get("env"):
+            return row["env"]
+        name = (row.get("agent_ref") or {}).get("name", "")
+        return self.route_map.get(name, name)
+
+    async def _score(self, row: dict[str, Any], s: Sample) -> None:
+        from trainer.grpo.workers import to_response
+        from servers.wire import FAILURE_CLASS_KEY
+
+        env = self.env_of(row)
+        s.env = env
+        response = to_response(_NameOnly(self._policy_name), s, row)
+        for attempt in range(self.cfg.env.failed_rollout_retries + 1):
+            try:
+                reply = await self.client.verify(env, row, response)
+                failure = reply.get(FAILURE_CLASS_KEY)
+            except Exception as exc:  # a 4xx/5xx answer: the server could not score it
+                reply, failure = {"reward": 0.0}, f"http_error:{type(exc).__name__}"
+            if failure is None:
+                s.reward, s.failure = float(reply.get("reward", 0.0)), None
+                return
+            if attempt < self.cfg.env.failed_rollout_retries:
+                self.stats["retried"] += 1
+                await asyncio.sleep(0.2 * 2 ** attempt)
+        s.reward, s.failure = 0.0, str(failure)
+        self.stats["failed"] += 1
+        self.stats["failures_by_class"][s.failure] = self.stats["failures_by_class"].get(s.failure, 0) + 1
+
+    async def score_groups(self, groups: list[Group], rows: list[dict[str, Any]]) -> int:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(self._score(row, s) for grp, row in zip(groups, rows) for s in grp.samples))
+        self.stats["reward_seconds"] += time.perf_counter() - t0
+        self.stats["scored"] += sum(len(g.samples) for g in groups)
+        await self.buffer.put.remote(groups)
+        return len(groups)
+
+    async def score_samples(self, samples: list[Sample], rows: list[dict[str, Any]]) -> list[Sample]:
+        await asyncio.gather(*(self._score(r, s) for s, r in zip(samples, rows)))
+        return samples
+
+    def get_stats(self) -> dict[str, Any]:
+        return dict(self.stats)
+
+
+class _NameOnly:
+    def __init__(self, name: str):
+        self.name = name
+
+
+class TrainerWorker:
+    def __init__(self, cfg_data: dict[str, Any], transport: WeightTransport):
+        self.cfg = MasterConfig.model_validate(cfg_data)
+        self.transport = transport
+        self.policy = load_policy(self.cfg, self.cfg.cluster.torch_threads_per_actor)
+        torch.manual_seed(self.cfg.grpo.seed)
+        o = self.cfg.policy.optimizer
+        cls = {"torch.optim.AdamW": torch.optim.AdamW, "torch.optim.Adam": torch.optim.Adam,
+               "torch.optim.SGD": torch.optim.SGD}[o.name]
+        kw = dict(o.kwargs)
+        if "betas" in kw:
+            kw["betas"] = tuple(kw["betas"])
+        self.optimizer = cls(self.policy.model.parameters(), **kw)
+        self.pad_id = self.policy.tokenizer.pad_token_id
+
+    def train_step(self, groups: list[Group], step: int) -> dict[str, Any]:
+        m = grpo_train_step(self.policy.model, self.optimizer, groups, step, self.cfg, self.pad_id)
+        self.policy.version = step + 1
+        return m
+
+    def publish_weights(self, version: int) -> Any:
+        return self.transport.publish(version, self.policy.model.state_dict())
+
+    def warm_start(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        from trainer.grpo.warm_start import supervised_warm_start
+
+        return supervised_warm_start(self.policy, rows, self.cfg.policy.warm_start, seed=self.cfg.grpo.seed)
+
+    def generate_validation(self, rows: list[dict[str, Any]], k: int) -> list[Sample]:
+        from trainer.generation import decode_batch
+
+        params = sampling_params(self.cfg, greedy=True)
+        prompts = [prompt_ids_for(self.policy, r) for r in rows for _ in range(k)]
+        out: list[Sample] = []
+        bs = 64
+        for i in range(0, len(prompts), bs):
+            gens = decode_batch(self.policy, prompts[i:i + bs], [params] * len(prompts[i:i + bs]),
+                                rng=torch.Generator().manual_seed(self.cfg.grpo.seed))
+            out += [Sample(prompt_ids=list(g.prompt_ids), gen_ids=list(g.token_ids), gen_logprobs=list(g.logprobs),
+                           versions=list(g.versions), truncated=g.truncated, text=g.text) for g in gens]
+        return out
+
+    def save(self, path: str) -> bool:
+        from trainer.grpo.checkpoint import save_trainer_state
+
+        save_trainer_state(path, self.policy.model, self.optimizer if self.cfg.checkpointing.save_optimizer else None)
+        return True
+
+    def load(self, path: str, version: int) -> bool:
+        from trainer.grpo.checkpoint import load_trainer_state
+
+        load_trainer_state(path, self.policy.model, self.optimizer)
+        self.policy.version = version
+        return True
+
+    def state_digest(self) -> float:
+        """A scalar fingerprint of the weights (tests compare runs with it)."""
+        return float(sum(p.double().sum() * (i + 1) for i, p in enumerate(self.policy.model.parameters())))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
