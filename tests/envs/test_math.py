@@ -1,0 +1,164 @@
+"""math: extraction rules, every answer family, the fast path, caches, and the deadline."""
+
+from __future__ import annotations
+
+import pytest
+
+from environments.math.extract import answer_line, extract_answer, last_boxed, last_plain_number
+from environments.math.scoring import (as_rational, fast_equivalence, library_score, normalize, parse_gold,
+                                       plain_math_verify, strip_math_delimiters)
+from servers import registry
+from servers.service import EnvService
+from servers.wire import ResponseObject, response_from_text
+
+
+# ---- extraction ------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("so \\boxed{5}", "5"),
+    ("first \\boxed{1} then \\boxed{2}", "2"),  # the LAST box
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),  # nested braces
+    ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # literal set braces
+    ("\\fbox{7}", "7"),
+    ("\\boxed{3} and finally \\fbox{4}", "4"),
+    ("\\boxed 5 is it", "5"),
+    ("\\boxed{2} then an unclosed \\boxed{3", "2"),
+    ("no box here", None),
+])
+def test_last_boxed(text, expected):
+    assert last_boxed(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("work...\nAnswer: 42", "42"),
+    ("Final answer: $x^2$.", "x^2"),
+    ("The final answer is 7.", "7"),
+    ("answer: 1\nmore thinking\nFinal Answer: 2", "2"),
+    ("no such line", None),
+])
+def test_answer_line(text, expected):
+    assert answer_line(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("the roots are 2 and -3", "-3"),
+    ("total 1,000 apples", "1,000"),
+    ("it is 2.5 metres", "2.5"),
+    ("ratio 3/4", "3/4"),
+    ("x2 and y", None),  # digits inside words are not numbers
+])
+def test_last_plain_number(text, expected):
+    assert last_plain_number(text) == expected
+
+
+def test_extract_answer_rule_order_and_config():
+    assert extract_answer("Answer: 3 but \\boxed{4}") == ("4", "boxed")
+    assert extract_answer("Answer: \\boxed{5}", ("answer_line",)) == ("5", "answer_line")
+    assert extract_answer("ends with 9") == ("9", "last_number")
+    assert extract_answer("ends with 9", ("boxed",)) == (None, "none")
+    assert extract_answer("\\boxed{}  nothing") == (None, "none")
+
+
+# ---- equivalence per answer family ------------------------------------------------------
+@pytest.mark.parametrize("gold, pred, ok", [
+    ("32", "32", True), ("32", "33", False),  # integers
+    ("\\frac{1}{2}", "0.5", True), ("\\frac{333}{1997}", "333/1997", True), ("\\dfrac{3}{4}", "0.75", True),  # fractions
+    ("2.50", "2.5", True), ("0.333", "1/3", False),  # decimals
+    ("50\\%", "0.5", True), ("0.5", "50\\%", True),  # percentages
+    ("\\sqrt{2}", "2^{1/2}", True), ("\\frac{\\pi}{2}", "\\pi/2", True), ("\\sqrt{2}", "\\sqrt{3}", False),  # LaTeX
+    ("(1,2]", "(1, 2]", True), ("[1,2)", "(1,2]", False),  # intervals
+    ("\\{1,2,3\\}", "\\{3,2,1\\}", True), ("\\{1,2\\}", "\\{1,3\\}", False),  # sets
+    ("(1,2,3)", "(1, 2, 3)", True), ("(1,2,3)", "(1,3,2)", False),  # tuples
+    ("x^2+2x+1", "(x+1)^2", True), ("x^2+1", "(x+1)^2", False),  # expressions
+    ("10 \\text{ cm}", "10", True), ("5\\text{ meters}", "5", True),  # units
+    ("60^\\circ", "60", True), ("30", "30^{\\circ}", True),  # degrees
+    ("5", "x = 5", True),  # equations against a value
+    ("\\(\\sqrt{2}\\)", "\\sqrt{2}", True),  # gold in math delimiters, as in NeMo-Gym rows
+])
+def test_answer_families(gold, pred, ok):
+    reward, error = library_score(gold, pred)
+    assert error is None
+    assert reward == (1.0 if ok else 0.0)
+    # the fast path never contradicts math-verify: it decides the same or defers
+    decided = fast_equivalence(gold, pred)
+    assert decided is None or decided == ok
+
+
+def test_fast_path_decides_plain_numbers_and_identical_strings():
+    assert fast_equivalence("32", "32") is True
+    assert fast_equivalence("1000", "1,000") is True
+    assert fast_equivalence("-3", "-3.0") is True
+    assert fast_equivalence("\\frac{1}{2}", "1/2") is True
+    assert fast_equivalence("\\(\\frac{a}{b}\\)", "\\frac{a}{b}") is True
+    assert fast_equivalence("32", "33") is False
+    assert fast_equivalence("0.5", "0.6") is None  # decimals defer to math-verify's rounding rules
+    assert fast_equivalence("\\sqrt{2}", "2^{1/2}") is None
+    assert as_rational("1/0") is None and as_rational("x") is None
+    assert normalize("\\left( 1 ,\\, 2 \\right)") == "(1,2)"
+    assert strip_math_delimiters("$$x$$") == "x" and strip_math_delimiters("\\[ y \\]") == "y"
+
+
+def test_gold_parse_is_cached_and_bad_gold_reported():
+    parse_gold.cache_clear()
+    library_score("\\frac{7}{9}", "7/9")
+    library_score("\\frac{7}{9}", "0.7")
+    info = parse_gold.cache_info()
+    assert info.misses == 1 and info.hits == 1
+    reward, error = library_score("}{", "1")
+    assert reward == 0.0 and "could not parse expected_answer" in error
+
+
+def test_plain_math_verify_baseline_agrees():
+    assert plain_math_verify("\\frac{1}{2}", "0.5") == 1.0
+    assert plain_math_verify("32", "31") == 0.0
+
+
+# ---- the environment -----------------------------------------------------------------------
+def _row(gold: str, text: str) -> dict:
+    return {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "question": "q",
+            "expected_answer": gold, "response": response_from_text(text)}
+
+
+async def test_verify_inprocess_diagnostics_and_result_cache():
+    env = registry.instantiate("math", overrides={"cpu_workers": 1})
+    service = EnvService(env)
+    await service.start()
+    try:
+        status, reply = await service.verify(_row("\\frac{1}{2}", "so \\boxed{0.5}"))
+        assert status == 200 and reply["reward"] == 1.0
+        assert reply["extracted_answer"] == "0.5" and reply["expected_answer"] == "\\frac{1}{2}"
+        assert reply["library_reward"] == 1.0 and reply["scored_by"] == "exact"
+        status, reply = await service.verify(_row("\\sqrt{2}", "\\boxed{2^{1/2}}"))
+        assert reply["reward"] == 1.0 and reply["scored_by"] == "math_verify"
+        assert env._results.get(("\\sqrt{2}", "2^{1/2}")) == (1.0, "math_verify", None)
+        status, reply = await service.verify(_row("7", "nothing to see"))
+        assert reply["reward"] == 0.0 and reply["extracted_answer"] is None
+        status, reply = await service.verify(_row(7, "\\boxed{7}"))  # numeric gold in the row
+        assert status == 200 and reply["reward"] == 1.0
+    finally:
+        await service.stop()
+
+
+async def test_boxed_only_config_matches_nemo_gym_strictness():
+    # No pool needed: without a server runtime, self.cpu runs inline.
+    env = registry.instantiate("math", overrides={"extraction": ["boxed"]})
+    row = _row("3", "Answer: 3")
+    verdict = await env.verify(env.Row.model_validate(row), ResponseObject.model_validate(row["response"]), None)
+    assert verdict.reward == 0.0 and verdict.extras["extracted_answer"] is None
+
+
+async def test_slow_sympy_hits_the_deadline_as_failure_class_timeout():
+    # (x+1)^3000 vs (x+2)^2999 takes ~20 s in sympy; the pool must kill it at 1 s.
+    env = registry.instantiate("math", overrides={"cpu_task_timeout_s": 1.0, "cpu_workers": 1})
+    service = EnvService(env)
+    await service.start()
+    try:
+        _, reply = await service.verify(_row("(x+1)^{3000}", "\\boxed{(x+2)^{2999}}"))
+        assert reply["_ng_failure_class"] == "timeout" and reply["reward"] == 0.0
+        assert reply["extracted_answer"] == "(x+2)^{2999}"
+        assert reply["instance_config"]["mask_sample"] is True
+        # not cached as a wrong answer, and the replaced worker keeps serving
+        assert env._results.get(("(x+1)^{3000}", "(x+2)^{2999}")) is None
+        _, reply = await service.verify(_row("\\sqrt{2}", "\\boxed{2^{1/2}}"))
+        assert reply["reward"] == 1.0 and "_ng_failure_class" not in reply
+    finally:
+        await service.stop()
