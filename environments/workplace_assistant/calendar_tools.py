@@ -83,7 +83,7 @@ def create_event(db: sqlite3.Connection, args: CreateEventArgs) -> str:
     if "@" not in args.participant_email:
         raise ToolError(f"participant_email {args.participant_email!r} is not an email address")
     check_datetime(args.event_start, _FMT, "event_start")
-    event_id = next_id(db, "events", "event_id")
+    event_id = next_id(db, "events")
     db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
                (event_id, args.event_name, args.participant_email, args.event_start, _check_duration(args.duration)))
     return event_id

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from environments.workplace_assistant.seed import CUSTOMER_FIELDS, load_fixture
 from environments.workplace_assistant.toolkit import (
-    ToolArgs, check_choice, check_datetime, check_known_email, next_id, paginate, require_row, row_dicts,
+    ToolArgs, check_choice, check_datetime, check_known_email, next_id, page_clause, require_row, row_dicts,
     workplace_tool,
 )
 from servers.environment import ToolError
@@ -64,8 +64,8 @@ def search_customers(db: sqlite3.Connection, args: SearchCustomersArgs) -> list[
             if value:
                 sql += f" AND {field} {op} ?"
                 params.append(check_datetime(value, "%Y-%m-%d", field + suffix))
-    rows = row_dicts(db.execute(sql + " ORDER BY customer_id", params))
-    return paginate(rows, args.page, args.page_size)
+    limit, limit_params = page_clause(args.page, args.page_size)
+    return row_dicts(db.execute(sql + " ORDER BY customer_id" + limit, [*params, *limit_params]))
 
 
 class UpdateCustomerArgs(ToolArgs):
@@ -106,7 +106,7 @@ class AddCustomerArgs(ToolArgs):
                 writes="customers")
 def add_customer(db: sqlite3.Connection, args: AddCustomerArgs) -> str:
     values = {f: (_check_value(db, f, v) if v is not None else None) for f, v in args.model_dump().items()}
-    customer_id = next_id(db, "customers", "customer_id")
+    customer_id = next_id(db, "customers")
     db.execute(f"INSERT INTO customers ({', '.join(CUSTOMER_FIELDS)}) VALUES ({', '.join('?' * len(CUSTOMER_FIELDS))})",
                (customer_id, *(values.get(f) for f in CUSTOMER_FIELDS[1:])))
     return customer_id

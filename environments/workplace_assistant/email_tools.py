@@ -8,7 +8,7 @@ from pydantic import Field
 
 from environments.workplace_assistant.seed import EMAIL_FIELDS, load_fixture
 from environments.workplace_assistant.toolkit import (
-    ToolArgs, check_datetime, next_id, paginate, require_row, row_dicts, workplace_tool,
+    ToolArgs, check_datetime, next_id, page_clause, require_row, row_dicts, workplace_tool,
 )
 from servers.environment import ToolError
 
@@ -73,8 +73,9 @@ def search_emails(db: sqlite3.Connection, args: SearchEmailsArgs) -> list[dict[s
     if args.date_max:
         sql += " AND substr(sent_datetime, 1, 10) <= ?"
         params.append(check_datetime(args.date_max, "%Y-%m-%d", "date_max"))
-    rows = row_dicts(db.execute(sql + " ORDER BY sent_datetime DESC, email_id DESC", params), _COLUMN_TO_FIELD)
-    return paginate(rows, args.page, args.page_size)
+    limit, limit_params = page_clause(args.page, args.page_size)
+    return row_dicts(db.execute(sql + " ORDER BY sent_datetime DESC, email_id DESC" + limit, [*params, *limit_params]),
+                     _COLUMN_TO_FIELD)
 
 
 class SendEmailArgs(ToolArgs):
@@ -86,7 +87,7 @@ class SendEmailArgs(ToolArgs):
 def _insert_outgoing(db: sqlite3.Connection, recipient: str, subject: str, body: str) -> str:
     if "@" not in recipient or recipient.strip() != recipient or " " in recipient:
         raise ToolError(f"recipient {recipient!r} is not an email address")
-    email_id = next_id(db, "emails", "email_id")
+    email_id = next_id(db, "emails")
     db.execute("INSERT INTO emails VALUES (?, 'outbox', ?, ?, ?, ?)", (email_id, recipient, subject, _now(), body))
     return email_id
 

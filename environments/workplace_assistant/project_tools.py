@@ -83,7 +83,7 @@ class CreateTaskArgs(ToolArgs):
 @workplace_tool("project_management_create_task", "Creates a new task.", CreateTaskArgs, writes="tasks")
 def create_task(db: sqlite3.Connection, args: CreateTaskArgs) -> str:
     values = {f: _check_value(db, f, getattr(args, f)) for f in _UPDATABLE}
-    task_id = next_id(db, "tasks", "task_id")
+    task_id = next_id(db, "tasks")
     db.execute("INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?)", (task_id, *(values[f] for f in _UPDATABLE)))
     return task_id
 

@@ -47,6 +47,13 @@ CREATE TABLE customers (customer_id TEXT PRIMARY KEY, assigned_to_email TEXT, cu
 CREATE TABLE analytics (date_of_visit TEXT, visitor_id TEXT, page_views INTEGER, session_duration_seconds REAL,
                         traffic_source TEXT, user_engaged INTEGER);
 CREATE TABLE plots (file_path TEXT);
+-- Next id per table. A counter, not MAX(id)+1, so a deleted seed id is never handed out again
+-- and every id above the seed's largest is known to be created during the episode.
+CREATE TABLE id_counters (table_name TEXT PRIMARY KEY, next_id INTEGER NOT NULL);
+-- Ids of rows inserted, updated or deleted since the seed (filled by triggers, see build()):
+-- verify compares only these rows, so its cost follows the episode, not the table sizes.
+CREATE TABLE changes (table_name TEXT NOT NULL, row_id TEXT NOT NULL, PRIMARY KEY (table_name, row_id))
+    WITHOUT ROWID;
 CREATE INDEX analytics_date ON analytics (date_of_visit);
 """
 
@@ -183,8 +190,22 @@ def build(seed: int) -> sqlite3.Connection:
                           ("analytics", ANALYTICS_FIELDS)):
         marks = ", ".join("?" * len(fields))
         db.executemany(f"INSERT INTO {table} VALUES ({marks})", [tuple(r[f] for f in fields) for r in data[table]])
+    db.executemany("INSERT INTO id_counters VALUES (?, ?)",
+                   [(table, len(data[table])) for table, column in MUTABLE_TABLES.items() if column])
+    db.executescript(_change_triggers())  # after the inserts: the seed itself is not a change
     db.commit()
     return db
+
+
+def _change_triggers() -> str:
+    sql = []
+    for table, column in MUTABLE_TABLES.items():
+        if column is None:
+            continue
+        for event, ref in (("INSERT", "NEW"), ("UPDATE", "OLD"), ("DELETE", "OLD")):
+            sql.append(f"CREATE TRIGGER {table}_{event.lower()} AFTER {event} ON {table} BEGIN "
+                       f"INSERT OR IGNORE INTO changes VALUES ('{table}', {ref}.{column}); END;")
+    return "\n".join(sql)
 
 
 _seed_dbs: dict[int, sqlite3.Connection] = {}
@@ -207,12 +228,8 @@ def fresh_copy(seed: int) -> sqlite3.Connection:
 
 
 @lru_cache(maxsize=8)
-def seeded_ids(seed: int) -> dict[str, frozenset[str]]:
-    """Ids present in the seed, per mutable table: rows outside them were created in the episode."""
+def largest_seed_ids(seed: int) -> dict[str, str]:
+    """Largest id per mutable table in the seed: rows with larger ids were created in the episode."""
     db = seed_database(seed)
-    return {table: frozenset(_norm_id(v) for (v,) in db.execute(f"SELECT {column} FROM {table}"))
+    return {table: db.execute(f"SELECT MAX({column}) FROM {table}").fetchone()[0]
             for table, column in MUTABLE_TABLES.items() if column is not None}
-
-
-def _norm_id(value: str) -> str:
-    return value.strip().lower()

@@ -46,10 +46,11 @@ def workplace_tool(name: str, description: str, args_model: type[ToolArgs], *, w
     return register
 
 
-def next_id(db: sqlite3.Connection, table: str, id_column: str) -> str:
-    """WorkBench numbering: one past the largest id, 8 digits (deterministic, so replays agree)."""
-    (largest,) = db.execute(f"SELECT MAX(CAST({id_column} AS INTEGER)) FROM {table}").fetchone()
-    return f"{(largest if largest is not None else -1) + 1:08d}"
+def next_id(db: sqlite3.Connection, table: str) -> str:
+    """WorkBench numbering (8 digits, counting on from the seed); deterministic, so replays agree."""
+    (number,) = db.execute("UPDATE id_counters SET next_id = next_id + 1 WHERE table_name = ? RETURNING next_id - 1",
+                           (table,)).fetchone()
+    return f"{number:08d}"
 
 
 def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
@@ -79,6 +80,13 @@ def paginate(rows: list[dict[str, Any]], page: int, page_size: int) -> list[dict
         raise ToolError("page and page_size must be positive integers")
     start = (page - 1) * page_size
     return rows[start:start + page_size]
+
+
+def page_clause(page: int, page_size: int) -> tuple[str, list[int]]:
+    """SQL pagination, so a page costs page_size rows, not the whole match set."""
+    if page < 1 or page_size < 1:
+        raise ToolError("page and page_size must be positive integers")
+    return " LIMIT ? OFFSET ?", [page_size, (page - 1) * page_size]
 
 
 def row_dicts(cursor: sqlite3.Cursor, rename: dict[str, str] | None = None) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environments.workplace_assistant.seed import fresh_copy, seed_database, seeded_ids
+from environments.workplace_assistant.seed import fresh_copy, seed_database, largest_seed_ids
 from environments.workplace_assistant.state import TOOLS, Workplace, call_validated, diff_states, run_call
 from environments.workplace_assistant.toolkit import WorkplaceTool
 from servers.environment import EnvConfig, Environment, ToolError, Verdict, tool
@@ -101,7 +101,7 @@ class WorkplaceAssistant(Environment):
                         run_call(replayed, item.name or "", item.arguments or "{}")
                     except ToolError:
                         pass  # a failed call leaves the state as it was, exactly as it did for the model
-            diff = diff_states(actual, expected, seeded_ids(self.config.seed), self.config.max_diff_lines)
+            diff = diff_states(actual, expected, largest_seed_ids(self.config.seed), self.config.max_diff_lines)
         finally:
             expected.close()
             if replayed is not None:

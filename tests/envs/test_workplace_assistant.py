@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.workplace_assistant.seed import fresh_copy, generate, seeded_ids
+from environments.workplace_assistant.seed import fresh_copy, generate, largest_seed_ids
 from environments.workplace_assistant.state import TOOLS, Workplace, diff_states, run_call
 from servers import registry
 from servers.environment import ToolError
@@ -119,7 +119,7 @@ def test_tool_errors_change_nothing(wp, name, args, message):
 
 
 def test_diff_rules():
-    seeded = seeded_ids(0)
+    seeded = largest_seed_ids(0)
     a, b = Workplace(fresh_copy(0)), Workplace(fresh_copy(0))
     # case and surrounding whitespace do not matter
     run_call(a, "calendar_update_event", {"event_id": "00000252", "field": "event_name", "new_value": "RISK forum "})
