@@ -1,0 +1,159 @@
+"""``terminal``: solve a small task with shell commands in a per-rollout sandbox.
+
+``/seed_session`` creates the sandbox, writes ``setup_files`` and runs ``setup_commands``;
+``POST /exec`` runs one shell command there; ``/verify`` uploads ``check_files`` (so the
+model cannot have planted or edited them) and runs ``check_command`` in the same sandbox:
+exit status 0 = reward 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
+from sandboxes.base import Sandbox, SandboxBackend
+from servers.environment import EnvConfig, Environment, SessionError, ToolError, Verdict, tool
+from servers.wire import FailureClass, ResponseObject, RowModel
+
+
+class TerminalRow(RowModel):
+    setup_files: dict[str, str] = Field(default_factory=dict, description="Workspace files created before the episode.")
+    setup_commands: list[str] = Field(default_factory=list, description="Shell commands run (in order) before the episode.")
+    check_command: str = Field(..., min_length=1, description="Shell command run at verify; exit 0 = solved.")
+    check_files: dict[str, str] = Field(default_factory=dict, description="Files written just before the check (hidden from the model).")
+    task_id: str = Field("", description="Identifier (diagnostics only).")
+
+
+class TerminalConfig(EnvConfig):
+    sandbox_backend: str = Field("process", description="sandboxes.open_backend name.")
+    sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options.")
+    command_timeout_s: float = Field(30.0, gt=0, description="Default wall-clock limit of one /exec command.")
+    max_command_timeout_s: float = Field(120.0, gt=0, description="Largest timeout_s a call may ask for.")
+    setup_timeout_s: float = Field(60.0, gt=0, description="Limit of each setup command.")
+    check_timeout_s: float = Field(60.0, gt=0, description="Limit of the check command.")
+    memory_mb: int = Field(2048, ge=64, description="Address-space limit per process.")
+    max_processes: int = Field(64, ge=4, description="Processes at once inside the sandbox.")
+    max_output_bytes: int = Field(1 << 20, ge=1024, description="Output captured per stream; past it the command is killed.")
+    max_output_chars: int = Field(10000, ge=100, description="Characters of each stream returned to the model.")
+
+
+class ExecArgs(BaseModel):
+    command: str = Field(..., min_length=1, description="A shell command (run by /bin/sh -c in /workspace).")
+    timeout_s: float | None = Field(None, gt=0, description="Wall-clock limit; default from config.")
+
+
+@dataclass
+class Session:
+    sandbox: Sandbox
+    commands: int = 0
+
+
+def _tail(data: bytes, limit: int) -> tuple[str, bool]:
+    text = data.decode("utf-8", "replace")
+    return (text, False) if len(text) <= limit else ("[... cut ...]\n" + text[-limit:], True)
+
+
+class TerminalEnv(Environment):
+    name = "terminal"
+    domain = "agent"
+    summary = "Shell tasks in a per-rollout sandbox: tool /exec, reward = the row's check command exits 0."
+    needs = ("sandbox",)
+    Row = TerminalRow
+    Config = TerminalConfig
+    stateful = True
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.backend: SandboxBackend | None = None
+
+    async def setup(self) -> None:
+        self.backend = open_backend(self.config.sandbox_backend, **self.config.sandbox_options)
+
+    async def close(self) -> None:
+        if self.backend is not None:
+            await self.backend.close()
+
+    async def health(self) -> dict[str, Any]:
+        return await self.backend.health() if self.backend else {"ok": False, "error": "backend not opened"}
+
+    def _limits(self, wall_s: float) -> Limits:
+        cfg = self.config
+        return Limits(wall_s=wall_s, cpu_s=wall_s, memory_mb=cfg.memory_mb, max_processes=cfg.max_processes,
+                      max_output_bytes=cfg.max_output_bytes)
+
+    async def _prepared(self, row: TerminalRow) -> Sandbox:
+        """A sandbox with the row's setup done. SessionError = the row's setup is broken."""
+        assert self.backend is not None, "setup() was not called"
+        sandbox = await self.backend.create(SandboxSpec(files=dict(row.setup_files)))
+        try:
+            for command in row.setup_commands:
+                result = await sandbox.exec(command, timeout=self.config.setup_timeout_s,
+                                            limits=self._limits(self.config.setup_timeout_s))
+                if not result.ok:
+                    raise SessionError(f"setup command {command!r} failed ({result.verdict.value}, exit "
+                                       f"{result.exit_code}): {result.text('stderr')[-500:]}")
+        except BaseException:
+            await sandbox.destroy()
+            raise
+        return sandbox
+
+    async def seed_session(self, row: dict[str, Any]) -> Session:
+        try:
+            parsed = TerminalRow.model_validate(row)
+        except ValueError as exc:
+            raise SessionError(f"row is not a terminal task: {exc}") from exc
+        return Session(await self._prepared(parsed))
+
+    async def close_session(self, state: Session | None) -> None:
+        if state is not None:
+            await state.sandbox.destroy()
+
+    @tool("Run a shell command in the task's workspace (/workspace). Files persist between calls; "
+          "processes and the current directory do not. Returns exit code and output.")
+    async def exec(self, session: Session, args: ExecArgs) -> dict[str, Any]:
+        cfg = self.config
+        timeout = min(args.timeout_s or cfg.command_timeout_s, cfg.max_command_timeout_s)
+        session.commands += 1
+        try:
+            result = await session.sandbox.exec(args.command, timeout=timeout, limits=self._limits(timeout))
+        except SandboxError as exc:
+            raise ToolError(f"the sandbox failed (not your command): {exc}") from exc
+        stdout, out_cut = _tail(result.stdout, cfg.max_output_chars)
+        stderr, err_cut = _tail(result.stderr, cfg.max_output_chars)
+        reply: dict[str, Any] = {"exit_code": result.exit_code, "stdout": stdout, "stderr": stderr,
+                                 "stdout_truncated": out_cut or result.stdout_truncated,
+                                 "stderr_truncated": err_cut or result.stderr_truncated,
+                                 "timed_out": result.verdict is ResourceVerdict.TIMEOUT}
+        if result.verdict is not ResourceVerdict.OK:
+            reply["killed"] = result.verdict.value
+        return reply
+
+    async def verify(self, row: TerminalRow, response: ResponseObject, session: Session | None) -> Verdict:
+        cfg = self.config
+        # Without a session (no tool calls were made) the task is checked in a fresh setup.
+        try:
+            sandbox = session.sandbox if session is not None else await self._prepared(row)
+        except SessionError as exc:
+            return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc))
+        except SandboxError as exc:
+            return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc))
+        try:
+            if row.check_files:
+                await sandbox.upload(dict(row.check_files))
+            result = await sandbox.exec(row.check_command, timeout=cfg.check_timeout_s,
+                                        limits=self._limits(cfg.check_timeout_s))
+        except SandboxError as exc:
+            return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc))
+        finally:
+            if session is None:
+                await sandbox.destroy()
+        extras = {"check_exit_code": result.exit_code, "check_verdict": result.verdict.value,
+                  "check_output": (result.text("stdout") + result.text("stderr"))[-2000:],
+                  "commands_run": session.commands if session else 0}
+        if result.verdict is ResourceVerdict.TIMEOUT:
+            # The model may have left the workspace in a state that hangs the check: its fault.
+            return Verdict(0.0, extras=extras)
+        return Verdict(1.0 if result.ok else 0.0, extras=extras)
