@@ -1,0 +1,206 @@
+"""Function-call matching: expected calls vs predicted calls, order-insensitive.
+
+Pure functions, no framework imports: ``tool_call`` scores with them and other
+environments (``swe_pivot``) import them.
+
+Rules
+* arguments may be JSON strings (Responses-API ``function_call.arguments``) or objects;
+* values compare structurally: objects by key set then value, lists element-wise in order;
+* numbers compare with a tolerance (``math.isclose(rel_tol, abs_tol)``); a string that
+  parses as a number equals that number ("14" == 14), because models often quote numbers;
+  booleans are not numbers (True != 1);
+* strings compare after whitespace normalisation (``collapse``: trim and squeeze runs of
+  whitespace to one space; ``strip``: trim only; ``exact``) and optionally case-folded;
+* calls are a multiset: each expected call is matched to at most one predicted call by a
+  maximum bipartite matching, so order never matters and duplicates count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Whitespace = Literal["collapse", "strip", "exact"]
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class MatchOptions:
+    rel_tol: float = 1e-6
+    abs_tol: float = 1e-9
+    whitespace: Whitespace = "collapse"
+    case_sensitive: bool = True
+    allow_extra_arguments: bool = False  # predicted keys the expected call lacks
+
+
+@dataclass
+class Call:
+    name: str
+    arguments: dict[str, Any] | None  # None: the arguments were not valid JSON / not an object
+    raw_arguments: Any = None
+
+
+@dataclass
+class CallReport:
+    expected: str
+    matched: bool
+    predicted_index: int | None
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"expected": self.expected, "matched": self.matched, "predicted_index": self.predicted_index,
+                "problems": self.problems}
+
+
+@dataclass
+class MatchResult:
+    name_score: float  # matched names / max(#expected, #predicted)
+    arguments_score: float  # fully matched calls / max(#expected, #predicted)
+    exact: bool  # every expected call matched and nothing extra
+    calls: list[CallReport]
+    unmatched_predicted: list[int]
+
+
+def parse_arguments(raw: Any) -> dict[str, Any] | None:
+    """A call's arguments as a dict; ``None`` if they are not a JSON object."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            return None
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def make_call(name: str, arguments: Any) -> Call:
+    return Call(name=name, arguments=parse_arguments(arguments), raw_arguments=arguments)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def _norm_text(text: str, options: MatchOptions) -> str:
+    if options.whitespace == "collapse":
+        text = _SPACES.sub(" ", text).strip()
+    elif options.whitespace == "strip":
+        text = text.strip()
+    return text if options.case_sensitive else text.casefold()
+
+
+def value_problems(expected: Any, got: Any, options: MatchOptions, where: str) -> list[str]:
+    """Why ``got`` does not equal ``expected`` (empty: equal under the rules above)."""
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return [f"{where}: expected an object, got {got!r}"[:200]]
+        out = [f"{where}.{k}: missing" for k in expected if k not in got]
+        if not options.allow_extra_arguments or where != "arguments":
+            out += [f"{where}.{k}: unexpected" for k in got if k not in expected]
+        for key in expected:
+            if key in got:
+                out += value_problems(expected[key], got[key], options, f"{where}.{key}")
+        return out
+    if isinstance(expected, list):
+        if not isinstance(got, list):
+            return [f"{where}: expected a list, got {got!r}"[:200]]
+        if len(got) != len(expected):
+            return [f"{where}: expected {len(expected)} items, got {len(got)}"]
+        out = []
+        for i, (e, g) in enumerate(zip(expected, got)):
+            out += value_problems(e, g, options, f"{where}[{i}]")
+        return out
+    if expected is None or isinstance(expected, bool) or got is None or isinstance(got, bool):
+        return [] if expected == got and type(expected) is type(got) else [f"{where}: expected {expected!r}, got {got!r}"[:200]]
+    expected_num, got_num = _number(expected), _number(got)
+    both_strings = isinstance(expected, str) and isinstance(got, str)
+    if expected_num is not None and got_num is not None and not both_strings:
+        if math.isclose(expected_num, got_num, rel_tol=options.rel_tol, abs_tol=options.abs_tol):
+            return []
+        return [f"{where}: expected {expected!r}, got {got!r}"[:200]]
+    if isinstance(expected, str) and isinstance(got, str):
+        if _norm_text(expected, options) == _norm_text(got, options):
+            return []
+        return [f"{where}: expected {expected!r}, got {got!r}"[:200]]
+    return [f"{where}: expected {expected!r}, got {got!r}"[:200]]
+
+
+def call_problems(expected: Call, predicted: Call, options: MatchOptions) -> list[str]:
+    if expected.name != predicted.name:
+        return [f"name: expected {expected.name!r}, got {predicted.name!r}"]
+    if predicted.arguments is None:
+        return [f"arguments: not a JSON object: {str(predicted.raw_arguments)[:200]!r}"]
+    if expected.arguments is None:
+        return ["arguments: the expected call's arguments are not a JSON object"]
+    return value_problems(expected.arguments, predicted.arguments, options, "arguments")
+
+
+def _max_matching(edges: list[list[int]], n_right: int) -> list[int | None]:
+    """Kuhn's augmenting paths: left i -> right index (or None). Call lists are short."""
+    owner: list[int | None] = [None] * n_right
+
+    def augment(left: int, seen: list[bool]) -> bool:
+        for right in edges[left]:
+            if not seen[right]:
+                seen[right] = True
+                if owner[right] is None or augment(owner[right], seen):
+                    owner[right] = left
+                    return True
+        return False
+
+    for left in range(len(edges)):
+        augment(left, [False] * n_right)
+    matched: list[int | None] = [None] * len(edges)
+    for right, left in enumerate(owner):
+        if left is not None:
+            matched[left] = right
+    return matched
+
+
+def match_calls(expected: list[Call], predicted: list[Call], options: MatchOptions | None = None) -> MatchResult:
+    options = options or MatchOptions()
+    problems = [[call_problems(e, p, options) for p in predicted] for e in expected]
+    edges = [[j for j, found in enumerate(row) if not found] for row in problems]
+    assignment = _max_matching(edges, len(predicted))
+    used = {j for j in assignment if j is not None}
+    reports = []
+    for i, call in enumerate(expected):
+        j = assignment[i]
+        if j is not None:
+            reports.append(CallReport(call.name, True, j))
+            continue
+        # Explain with the closest unused predicted call of the same name (fewest problems).
+        candidates = [k for k in range(len(predicted)) if k not in used and predicted[k].name == call.name]
+        if candidates:
+            best = min(candidates, key=lambda k: len(problems[i][k]))
+            reports.append(CallReport(call.name, False, None, [f"closest call #{best}: " + "; ".join(problems[i][best])]))
+        elif any(p.name == call.name for p in predicted):
+            reports.append(CallReport(call.name, False, None,
+                                      [f"every call named {call.name!r} is matched to another expected call"]))
+        else:
+            reports.append(CallReport(call.name, False, None, [f"no call named {call.name!r}"]))
+    denominator = max(len(expected), len(predicted))
+    names_matched = sum((Counter(c.name for c in expected) & Counter(c.name for c in predicted)).values())
+    full = len(used)
+    exact = full == len(expected) == len(predicted)
+    return MatchResult(name_score=names_matched / denominator if denominator else 1.0,
+                       arguments_score=full / denominator if denominator else 1.0,
+                       exact=exact, calls=reports,
+                       unmatched_predicted=[k for k in range(len(predicted)) if k not in used])
