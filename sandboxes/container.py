@@ -1,0 +1,321 @@
+"""The ``container`` backend: one container per sandbox through the Docker Engine API.
+
+Works against Docker or Podman's Docker-compatible service (``scripts/ci_podman.sh``).
+The container idles on ``sleep infinity``; each exec is an API exec wrapped in
+``prlimit`` (CPU seconds, address space, file size, open files) and a shell that reports
+the exit status and the children's CPU times. Container-wide: ``network_mode="none"``,
+``mem_limit`` (= ``memswap_limit``), ``nano_cpus``, ``pids_limit``, all capabilities
+dropped, ``no-new-privileges``.
+
+``reset()`` replaces the container with a fresh one from the same image: a container's
+writable layer can be changed anywhere, so wiping only the workdir could leave state.
+Background processes started by one exec keep running until ``reset()``/``destroy()``
+(session tools such as a terminal rely on that); ``exec`` kills everything on timeout or
+output overflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import re
+import tarfile
+import threading
+import time
+import uuid
+from typing import Any, Mapping, Sequence
+
+from .base import ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxSpec
+from .bwrap import THREAD_ENV, limits_argv
+from .runner import RawOutcome
+from .verdicts import classify
+
+PODMAN_SOCKET = "/run/verigym-podman.sock"
+_TIMES_MARK = b"\n__verigym_times__\n"
+# `times` prints the shell's own times, then its children's: "0m0.01s 0m0.00s".
+_TIMES_RE = re.compile(rb"(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$")
+_KILL_GRACE_S = 10.0
+
+
+def _docker():  # type: ignore[no-untyped-def]
+    try:
+        import docker  # noqa: PLC0415 - optional at import time of the package
+    except ImportError as exc:
+        raise SandboxError("the container backend needs the docker SDK: pip install docker") from exc
+    return docker
+
+
+def _tar_of(files: Mapping[str, bytes | str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for rel, content in files.items():
+            name = os.path.normpath(rel).lstrip("/")
+            if name.startswith(".."):
+                raise SandboxError(f"cannot upload to {rel!r}: outside the workdir")
+            data = content.encode() if isinstance(content, str) else bytes(content)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class ContainerSandbox(Sandbox):
+    def __init__(self, backend: "ContainerBackend", spec: SandboxSpec, container: Any) -> None:
+        self.spec, self._backend, self._container = spec, backend, container
+        self._lock = asyncio.Lock()
+        self._destroyed = False
+
+    @property
+    def container_id(self) -> str:
+        return self._container.id
+
+    def _check_alive(self) -> None:
+        if self._destroyed:
+            raise SandboxError("sandbox already destroyed")
+
+    async def exec(self, cmd: Sequence[str] | str, *, stdin: bytes | str | None = None,
+                   timeout: float | None = None, limits: Limits | None = None,
+                   env: Mapping[str, str] | None = None) -> ExecResult:
+        self._check_alive()
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        lim = limits or self.spec.limits
+        deadline = timeout if timeout is not None else lim.wall_s
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        async with self._lock:
+            stdin_path = None
+            if data:
+                # Stdin goes in as a file: half-closing a hijacked exec socket is not
+                # reliable across Docker/Podman versions, a file redirect is.
+                stdin_path = f"/tmp/.verigym-stdin-{uuid.uuid4().hex}"
+                await asyncio.to_thread(self._put, "/tmp", {stdin_path[5:]: data})
+            raw = await self._run(argv, lim, deadline, env or {}, stdin_path)
+        result = classify(raw, lim)
+        if (result.verdict is ResourceVerdict.SIGNALED and raw.exit_code == 128 + 9
+                and raw.cpu_s < 0.9 * lim.cpu_s):
+            # Nothing but the memory cgroup's OOM killer sends SIGKILL inside the container
+            # when we did not (timeouts and output overflow are already classified).
+            result.verdict = ResourceVerdict.MEMORY_LIMIT
+        return result
+
+    def _put(self, path: str, files: Mapping[str, bytes | str]) -> None:
+        if not self._container.put_archive(path, _tar_of(files)):
+            raise SandboxError(f"put_archive to {path} failed")
+
+    async def _run(self, argv: list[str], lim: Limits, deadline: float,
+                   env: Mapping[str, str], stdin_path: str | None) -> RawOutcome:
+        api = self._backend.client.api
+        redirect = f' < "{stdin_path}"' if stdin_path else " < /dev/null"
+        script = (f'"$@"{redirect}; rc=$?; ' + (f'rm -f "{stdin_path}"; ' if stdin_path else "")
+                  + "printf '" + _TIMES_MARK.decode().replace("\n", "\\n") + "' >&2; times >&2; exit $rc")
+        wrapped = limits_argv(lim, None) + ["/bin/sh", "-c", script, "sh", *argv]
+        full_env = {"HOME": self.spec.workdir, "LANG": "C.UTF-8", **THREAD_ENV, **self.spec.env, **env}
+        start = time.monotonic()
+        try:
+            exec_id = await asyncio.to_thread(
+                api.exec_create, self._container.id, wrapped, stdout=True, stderr=True,
+                workdir=self.spec.workdir, environment=full_env, user=self._backend.user or "")
+        except Exception as exc:
+            raise SandboxError(f"exec_create failed: {exc}") from exc
+        limit = lim.max_output_bytes
+        # stderr may carry our CPU-times trailer on top of the program's capped output.
+        caps = {"out": limit, "err": limit + len(_TIMES_MARK) + 128}
+        bufs = {"out": bytearray(), "err": bytearray()}
+        flags = {"output_limited": False, "timed_out": False, "killed": False,
+                 "out_truncated": False, "err_truncated": False}
+        kill_lock = threading.Lock()
+
+        def kill() -> None:
+            with kill_lock:
+                if flags["killed"]:
+                    return
+                flags["killed"] = True
+            # Kill everything but the container's pid 1 (kill -1 skips init and itself).
+            try:
+                kid = api.exec_create(self._container.id, ["/bin/sh", "-c", "kill -9 -1"],
+                                      user=self._backend.user or "")
+                api.exec_start(kid)
+            except Exception:  # the stream read below still ends when the container dies
+                self._backend.client.api.kill(self._container.id)
+
+        def pump() -> None:
+            for o, e in api.exec_start(exec_id, stream=True, demux=True):
+                for key, chunk in (("out", o), ("err", e)):
+                    if not chunk:
+                        continue
+                    buf, room = bufs[key], caps[key] - len(bufs[key])
+                    buf += chunk[:max(room, 0)]
+                    if len(chunk) > room:
+                        flags[f"{key}_truncated"] = True
+                        if not flags["output_limited"]:
+                            flags["output_limited"] = True
+                            threading.Thread(target=kill, daemon=True).start()
+
+        pump_task = asyncio.ensure_future(asyncio.to_thread(pump))
+        try:
+            await asyncio.wait_for(asyncio.shield(pump_task), timeout=max(deadline, 0.001))
+        except asyncio.TimeoutError:
+            flags["timed_out"] = not flags["killed"]
+            await asyncio.to_thread(kill)
+            try:
+                await asyncio.wait_for(pump_task, timeout=_KILL_GRACE_S)
+            except asyncio.TimeoutError as exc:
+                raise SandboxError("container did not stop the timed-out exec") from exc
+        wall = time.monotonic() - start
+        info = await asyncio.to_thread(api.exec_inspect, exec_id)
+        exit_code = info.get("ExitCode")
+        stderr, cpu = bytes(bufs["err"]), 0.0
+        mark = stderr.rfind(_TIMES_MARK)
+        if mark >= 0:
+            m = _TIMES_RE.search(stderr[mark + len(_TIMES_MARK):])
+            if m:
+                cpu = int(m[1]) * 60 + float(m[2]) + int(m[3]) * 60 + float(m[4])
+            stderr = stderr[:mark]
+        status = None if flags["killed"] or exit_code is None else (exit_code & 0xFF) << 8
+        return RawOutcome(status=status, stdout=bytes(bufs["out"]), stderr=stderr[:limit],
+                          stdout_truncated=flags["out_truncated"],
+                          stderr_truncated=flags["err_truncated"] or len(stderr) > limit,
+                          timed_out=flags["timed_out"], output_limited=flags["output_limited"],
+                          wall_s=wall, cpu_s=cpu)
+
+    async def upload(self, files: Mapping[str, bytes | str]) -> None:
+        self._check_alive()
+        rel = {}
+        for path, content in files.items():
+            if os.path.isabs(path):
+                if not path.startswith(self.spec.workdir.rstrip("/") + "/"):
+                    raise SandboxError(f"cannot upload to {path!r}: outside the workdir")
+                path = os.path.relpath(path, self.spec.workdir)
+            rel[path] = content
+        async with self._lock:
+            await asyncio.to_thread(self._put, self.spec.workdir, rel)
+
+    async def download(self, path: str, *, max_bytes: int = 16 << 20) -> bytes:
+        self._check_alive()
+        full = path if os.path.isabs(path) else os.path.join(self.spec.workdir, path)
+        async with self._lock:
+            return await asyncio.to_thread(self._get, full, max_bytes)
+
+    def _get(self, full: str, max_bytes: int) -> bytes:
+        docker = _docker()
+        try:
+            stream, stat = self._container.get_archive(full)
+        except docker.errors.NotFound as exc:
+            raise FileNotFoundError(full) from exc
+        if stat.get("size", 0) > max_bytes:
+            raise SandboxError(f"{full!r} is larger than max_bytes={max_bytes}")
+        buf = io.BytesIO()
+        for chunk in stream:
+            buf.write(chunk)
+            if buf.tell() > max_bytes + (1 << 20):  # tar headers add a little
+                raise SandboxError(f"{full!r} is larger than max_bytes={max_bytes}")
+        buf.seek(0)
+        with tarfile.open(fileobj=buf) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                raise SandboxError(f"{full!r} is not a regular file")
+            return tar.extractfile(member).read()  # type: ignore[union-attr]
+
+    async def reset(self) -> None:
+        self._check_alive()
+        async with self._lock:
+            old = self._container
+            self._container = await self._backend._start(self.spec)
+            await asyncio.to_thread(self._backend._remove, old)
+
+    async def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        async with self._lock:
+            await asyncio.to_thread(self._backend._remove, self._container)
+        self._backend._live.discard(self)
+
+
+class ContainerBackend(SandboxBackend):
+    """Options: ``base_url`` (default ``$DOCKER_HOST``, else the verigym Podman socket if it
+    exists, else Docker's default), ``image`` (used when a spec names none), ``cpus``,
+    ``user``, ``cap_add``, ``extra_run_kwargs`` (passed to ``containers.run``)."""
+
+    name = "container"
+
+    def __init__(self, *, base_url: str | None = None, image: str | None = None, cpus: float = 1.0,
+                 user: str | None = None, cap_add: Sequence[str] = (), timeout_s: float = 120,
+                 extra_run_kwargs: Mapping[str, Any] | None = None) -> None:
+        if base_url is None and not os.environ.get("DOCKER_HOST") and os.path.exists(PODMAN_SOCKET):
+            base_url = f"unix://{PODMAN_SOCKET}"
+        self.base_url, self.image, self.cpus, self.user = base_url, image, cpus, user
+        self.cap_add, self.timeout_s = tuple(cap_add), timeout_s
+        self.extra_run_kwargs = dict(extra_run_kwargs or {})
+        self._client: Any = None
+        self._live: set[ContainerSandbox] = set()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            docker = _docker()
+            try:
+                self._client = (docker.DockerClient(base_url=self.base_url, timeout=int(self.timeout_s))
+                                if self.base_url else docker.from_env(timeout=int(self.timeout_s)))
+            except docker.errors.DockerException as exc:
+                raise SandboxError(f"cannot reach the Docker API: {exc}") from exc
+        return self._client
+
+    async def _start(self, spec: SandboxSpec) -> Any:
+        image = spec.image or self.image
+        if not image:
+            raise SandboxError("container backend needs an image (SandboxSpec.image or image=...)")
+        lim = spec.limits
+        docker = _docker()
+        kwargs: dict[str, Any] = dict(
+            command=["sleep", "infinity"], detach=True, network_mode=None if spec.network else "none",
+            mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m",
+            nano_cpus=int(self.cpus * 1e9), pids_limit=lim.max_processes + 8,
+            ulimits=[docker.types.Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files),
+                     docker.types.Ulimit(name="core", soft=0, hard=0)],
+            cap_drop=["ALL"], cap_add=list(self.cap_add) or None, security_opt=["no-new-privileges"],
+            labels={"verigym.sandbox": "1"}, user=self.user, hostname="sandbox",
+            environment={"HOME": spec.workdir, **spec.env}, **self.extra_run_kwargs)
+        try:
+            container = await asyncio.to_thread(self.client.containers.run, image, **kwargs)
+            mk = await asyncio.to_thread(container.exec_run, ["mkdir", "-p", spec.workdir])
+            if mk.exit_code != 0:
+                raise SandboxError(f"cannot create workdir {spec.workdir}: {mk.output[-300:]!r}")
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxError(f"image {image!r} not found locally and no registry pull succeeded: {exc}") from exc
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"container start failed: {exc}") from exc
+        if spec.files:
+            await asyncio.to_thread(container.put_archive, spec.workdir, _tar_of(spec.files))
+        return container
+
+    def _remove(self, container: Any) -> None:
+        docker = _docker()
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"container removal failed: {exc}") from exc
+
+    async def create(self, spec: SandboxSpec) -> ContainerSandbox:
+        sb = ContainerSandbox(self, spec, await self._start(spec))
+        self._live.add(sb)
+        return sb
+
+    async def health(self) -> dict:
+        info: dict = {"backend": self.name, "base_url": self.base_url or os.environ.get("DOCKER_HOST")}
+        try:
+            ok = await asyncio.to_thread(self.client.ping)
+            version = await asyncio.to_thread(self.client.version)
+        except Exception as exc:  # any failure to talk to the daemon is "not healthy"
+            return {**info, "ok": False, "error": str(exc)}
+        return {**info, "ok": bool(ok), "engine": version.get("Version"),
+                "components": [c.get("Name") for c in version.get("Components", [])]}
+
+    async def close(self) -> None:
+        for sb in list(self._live):
+            await sb.destroy()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
