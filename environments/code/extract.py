@@ -49,5 +49,5 @@ def extract_code(text: str) -> str | None:
             if tag in wanted and body.strip():
                 return body
     if open_block and open_block[0] in PYTHON_TAGS and open_block[1].strip():
-        return open_block[1]
+        return open_block[1].rstrip()
     return None
