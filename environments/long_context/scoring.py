@@ -1,0 +1,102 @@
+"""Long-context scoring metrics, as RULER, SQuAD-style QA and lc_niah (graphwalks) define them.
+
+Pure functions over strings: ``verify`` picks one per row (see ``choose_metric``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import Counter
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SPACES = re.compile(r"\s+")
+_FINAL_ANSWER = re.compile(r"Final Answer:\s*\[(.*)\]")
+
+
+def string_match_all(prediction: str, golds: list[str]) -> float:
+    """RULER ``string_match_all``: fraction of gold strings contained in the prediction (case-insensitive)."""
+    if not golds:
+        return 0.0
+    text = prediction.lower()
+    return sum(gold.lower() in text for gold in golds) / len(golds)
+
+
+def string_match_part(prediction: str, golds: list[str]) -> float:
+    """RULER ``string_match_part`` (QA tasks): 1 if any gold string is contained (case-insensitive)."""
+    text = prediction.lower()
+    return float(any(gold.lower() in text for gold in golds))
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower-case, drop punctuation and articles, squeeze whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in string.punctuation)
+    return _SPACES.sub(" ", _ARTICLES.sub(" ", text)).strip()
+
+
+def exact_match(prediction: str, golds: list[str]) -> float:
+    return float(any(normalize_answer(prediction) == normalize_answer(gold) for gold in golds))
+
+
+def token_f1(prediction: str, golds: list[str]) -> float:
+    """SQuAD token F1, max over the gold answers."""
+    pred_tokens = normalize_answer(prediction).split()
+    best = 0.0
+    for gold in golds:
+        gold_tokens = normalize_answer(gold).split()
+        if not pred_tokens or not gold_tokens:
+            best = max(best, float(pred_tokens == gold_tokens))
+            continue
+        common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+        if common:
+            precision, recall = common / len(pred_tokens), common / len(gold_tokens)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def final_answer_list(response: str) -> list[str] | None:
+    """Nodes of ``Final Answer: [a, b]`` on the last non-empty line (graphwalks); None if absent."""
+    lines = [line for line in response.strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    match = _FINAL_ANSWER.search(lines[-1])
+    if match is None:
+        return None
+    return [item.strip().strip("\"'").strip() for item in match.group(1).split(",") if item.strip().strip("\"'")]
+
+
+def set_f1(predicted: list[str] | None, expected_json: str) -> float:
+    """lc_niah answer score: F1 of predicted vs expected node sets; both empty = 1; unparsed = 0."""
+    if predicted is None:
+        return 0.0
+    try:
+        expected = set(json.loads(expected_json))
+    except (json.JSONDecodeError, TypeError):
+        raise ValueError(f"expected_answer is not a JSON list: {expected_json[:100]!r}") from None
+    got = set(predicted)
+    if not expected and not got:
+        return 1.0
+    if not expected or not got:
+        return 0.0
+    tp = len(got & expected)
+    if tp == 0:
+        return 0.0
+    precision, recall = tp / len(got), tp / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def ngram_overlap(reasoning: str, source: str, n: int = 16) -> float:
+    """Fraction of the reasoning's word n-grams found verbatim in the input (copying penalty)."""
+    words = _SPACES.sub(" ", reasoning.lower()).split()
+    if len(words) < n:
+        return 0.0
+    source_words = _SPACES.sub(" ", source.lower()).split()
+    mine = {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+    theirs = {tuple(source_words[i:i + n]) for i in range(len(source_words) - n + 1)}
+    return len(mine & theirs) / len(mine)
+
+
+METRICS = {"string_match_all": string_match_all, "string_match_part": string_match_part,
+           "exact_match": exact_match, "token_f1": token_f1}
