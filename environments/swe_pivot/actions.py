@@ -9,8 +9,9 @@ Arguments are normalised per tool family:
   ``view_range``/``insert_line`` coerced to integers, text fields compared with line
   endings and trailing spaces normalised (``old_str`` must match a file, but trailing
   whitespace differences are what tokenisers and chat templates introduce, not intent);
-* anything else: JSON equality after dropping ``null`` values (optional arguments left at
-  their default), with numeric strings equal to numbers.
+* anything else: ``environments.tool_call.matching.value_problems`` (the tool_call env's
+  rules: numbers with a tolerance, numeric strings equal numbers, whitespace collapsed),
+  after dropping ``null`` values (optional arguments left at their default).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from environments.swe_pivot.shell import canonical_command
+from environments.tool_call.matching import MatchOptions, value_problems
+
+GENERIC_OPTIONS = MatchOptions(whitespace="collapse")
 
 EDITOR_TEXT_KEYS = ("old_str", "new_str", "file_text")
 EDITOR_INT_KEYS = ("insert_line",)
@@ -81,23 +85,6 @@ def _text(value: Any) -> Any:
     return "\n".join(line.rstrip() for line in lines).rstrip("\n")
 
 
-def _generic(value: Any) -> Any:
-    """Numbers and numeric strings compare equal; containers recursively; nulls dropped."""
-    if isinstance(value, dict):
-        return {k: _generic(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_generic(v) for v in value]
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return value.strip()
-        return int(number) if number.is_integer() else number
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
 def _shell(value: Any) -> Any:
     if not isinstance(value, str):
         return value
@@ -125,8 +112,17 @@ def normalize_arguments(family: str, arguments: dict[str, Any], ignored: frozens
         elif family == "editor" and key in EDITOR_TEXT_KEYS:
             out[key] = _text(value)
         else:
-            out[key] = _generic(value)
+            out[key] = value  # compared by tool_call's value rules in compare_arguments
     return out
+
+
+def _special(family: str, key: str) -> bool:
+    """Keys normalised above compare by equality only (no whitespace collapsing of code)."""
+    if family == "shell":
+        return key == "command"
+    if family == "editor":
+        return key in ("path", "command", "view_range", *EDITOR_INT_KEYS, *EDITOR_TEXT_KEYS)
+    return False
 
 
 def compare_arguments(family: str, expected: dict[str, Any], predicted: dict[str, Any],
@@ -137,7 +133,8 @@ def compare_arguments(family: str, expected: dict[str, Any], predicted: dict[str
     for key, value in want.items():
         if key not in got:
             result.missing.append(key)
-        elif got[key] == value:
+        elif got[key] == value or (
+                not _special(family, key) and not value_problems(value, got[key], GENERIC_OPTIONS, key)):
             result.matched.append(key)
         else:
             result.mismatched.append(key)
