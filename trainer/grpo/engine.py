@@ -77,6 +77,8 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
                                tensorboard_enabled=cfg.logger.tensorboard_enabled, config=cfg.model_dump(mode="json"))
         start = 0
         found = checkpoint.latest(ckpt_root) if (resume and cfg.checkpointing.enabled) else None
+        if not found:
+            logger.truncate()  # a fresh run starts a fresh metrics file; a resumed one appends
         if found:
             path, state = found
             start = state["step"]

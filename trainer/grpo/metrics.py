@@ -83,6 +83,10 @@ class MetricsLogger:
 
             self._tb = SummaryWriter(str(self.dir / "tensorboard"))
 
+    def truncate(self) -> None:
+        self._fh.close()
+        self._fh = self.path.open("w")
+
     def log(self, metrics: dict[str, Any], step: int) -> None:
         row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
         self._fh.write(json.dumps(row) + "\n")

@@ -69,6 +69,7 @@ class GeneratorWorker:
         self.cfg = MasterConfig.model_validate(cfg_data)
         self.id, self.rows, self.buffer, self.reward, self.transport = worker_id, rows, buffer, reward, transport
         self.policy = load_policy(self.cfg, self.cfg.cluster.torch_threads_per_actor)
+        self.policy.version = -1  # no weights from the trainer yet: admission waits for the first push
         self._pending: tuple[int, Any] | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
