@@ -118,6 +118,9 @@ def _child(code, fn_name, args, paths, job):
     for i in range(len(TOKEN)):
         TOKEN[i] = 0
     try:
+        # The fork inherited the harness's non-dumpable flag; give the program its own
+        # /proc/self back (the harness stays closed to it).
+        _libc.prctl(4, 1, 0, 0, 0)
         os.setsid()
         fds = [os.open(paths["in"], os.O_RDONLY),
                os.open(paths["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
