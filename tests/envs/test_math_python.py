@@ -1,0 +1,91 @@
+"""math_python over HTTP: stateful cells, limits, sandbox lifetime, scoring like math."""
+
+from __future__ import annotations
+
+import pytest
+
+from servers import registry
+from servers.app import start_server
+from servers.client import EnvClient
+from servers.wire import response_from_text
+
+ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is 2^10 + 1?"}]},
+       "expected_result": "1025", "expected_code_contains": ""}
+
+
+@pytest.fixture
+async def client():
+    env = registry.instantiate("math_python", overrides={"call_timeout_s": 4.0})
+    server = await start_server(env)
+    c = EnvClient({"math_python": server.url}, retries=0)
+    try:
+        yield c, env
+    finally:
+        await c.close()
+        await server.stop()
+
+
+async def test_state_persists_and_answer_is_scored(client):
+    c, env = client
+    session = await c.seed_session("math_python", ROW)
+    _, out = await c.call_tool(session, "execute_python", {"code": "base = 2 ** 10\ndef inc(v):\n    return v + 1"})
+    assert out["success"] is True and out["stdout"] == ""
+    _, out = await c.call_tool(session, "run_python", {"code": "print(inc(base))"})  # the alias shares the kernel
+    assert out["stdout"] == "1025\n"
+    _, out = await c.call_tool(session, "execute_python", {"code": "inc(base) * 2"})
+    assert out["stdout"] == "2050\n"  # a final expression is echoed like a notebook
+    reply = await c.verify("math_python", ROW, response_from_text("So the answer is \\boxed{1025}."), session=session)
+    assert reply["reward"] == 1.0 and reply["tool_calls"] == 3 and reply["scored_by"] == "exact"
+    wrong = await c.verify("math_python", ROW, response_from_text("\\boxed{1024}"))
+    assert wrong["reward"] == 0.0
+
+
+async def test_errors_and_timeouts_restart_the_kernel_but_keep_state(client):
+    c, _ = client
+    session = await c.seed_session("math_python", ROW)
+    await c.call_tool(session, "execute_python", {"code": "kept = 7"})
+    _, out = await c.call_tool(session, "execute_python", {"code": "1 / 0"})
+    assert out["success"] is False and "ZeroDivisionError" in out["stderr"]
+    _, out = await c.call_tool(session, "execute_python", {"code": "lost = 1\nwhile True:\n    pass"})
+    assert out["timed_out"] is True and "restarted" in out["error"]
+    _, out = await c.call_tool(session, "execute_python", {"code": "print(kept, 'lost' in globals())"})
+    assert out["stdout"] == "7 False\n"
+    _, out = await c.call_tool(session, "execute_python", {"code": "print('z' * 20000)"})
+    assert out["truncated"] is True and len(out["stdout"]) < 9000
+    await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
+
+
+async def test_cells_are_sandboxed(client, tmp_path, monkeypatch):
+    c, _ = client
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hostsecret")
+    session = await c.seed_session("math_python", ROW)
+    _, out = await c.call_tool(session, "execute_python", {"code": f"print(open({str(secret)!r}).read())"})
+    assert out["success"] is False and "hostsecret" not in out["stdout"]
+    _, out = await c.call_tool(session, "execute_python",
+                               {"code": "import socket\ns = socket.socket()\ns.settimeout(1)\ns.connect(('1.1.1.1', 80))"})
+    assert out["success"] is False
+    await c.verify("math_python", ROW, response_from_text("\\boxed{1}"), session=session)
+
+
+async def test_verify_destroys_the_session_sandbox(client):
+    c, env = client
+    session = await c.seed_session("math_python", ROW)
+    await c.call_tool(session, "execute_python", {"code": "x = 1"})
+    live = set(env.backend._live)
+    assert live  # process backend bookkeeping: one sandbox for this session
+    await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
+    assert not (live & env.backend._live)
+    status, out = await c.call_tool(session, "execute_python", {"code": "x"})
+    assert status == 410
+
+
+async def test_expected_code_contains(client):
+    c, _ = client
+    row = dict(ROW, expected_code_contains="2 ** 10")
+    session = await c.seed_session("math_python", row)
+    await c.call_tool(session, "execute_python", {"code": "print(2 ** 10 + 1)"})
+    ok = await c.verify("math_python", row, response_from_text("\\boxed{1025}"), session=session)
+    assert ok["reward"] == 1.0 and ok["code_requirement_met"] is True
+    miss = await c.verify("math_python", row, response_from_text("\\boxed{1025}"))
+    assert miss["reward"] == 0.0 and miss["code_requirement_met"] is False

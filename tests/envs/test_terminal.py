@@ -1,0 +1,82 @@
+"""terminal over HTTP: setup, the exec tool, hidden checks, sandbox lifetime."""
+
+from __future__ import annotations
+
+import pytest
+
+from servers import registry
+from servers.app import start_server
+from servers.client import EnvClient, EnvClientError
+from servers.wire import response_from_text
+
+TASK = {"responses_create_params": {"input": [{"role": "user", "content": "Sum the numbers in nums.txt into total.txt"}]},
+        "setup_files": {"nums.txt": "3\n4\n5\n"}, "setup_commands": ["mkdir -p sub && echo hi > sub/f"],
+        "check_command": "sh check.sh", "check_files": {"check.sh": 'test "$(cat total.txt)" = 12\n'}}
+DONE = response_from_text("DONE")
+
+
+@pytest.fixture
+async def client():
+    env = registry.instantiate("terminal", overrides={"command_timeout_s": 3.0})
+    server = await start_server(env)
+    c = EnvClient({"terminal": server.url}, retries=0)
+    try:
+        yield c, env
+    finally:
+        await c.close()
+        await server.stop()
+
+
+async def test_solve_with_exec_and_check(client):
+    c, _ = client
+    session = await c.seed_session("terminal", TASK)
+    _, out = await c.call_tool(session, "exec", {"command": "cat sub/f && ls"})
+    assert out["exit_code"] == 0 and out["stdout"].startswith("hi\n") and "nums.txt" in out["stdout"]
+    assert "check.sh" not in out["stdout"]  # the checker is written only at verify
+    _, out = await c.call_tool(session, "exec", {"command": "awk '{s+=$1} END {print s}' nums.txt > total.txt"})
+    assert out["exit_code"] == 0
+    reply = await c.verify("terminal", TASK, DONE, session=session)
+    assert reply["reward"] == 1.0 and reply["check_exit_code"] == 0 and reply["commands_run"] == 2
+
+
+async def test_unsolved_and_planted_checker(client):
+    c, _ = client
+    session = await c.seed_session("terminal", TASK)
+    _, out = await c.call_tool(session, "exec", {"command": "echo 'exit 0' > check.sh && echo 11 > total.txt"})
+    reply = await c.verify("terminal", TASK, DONE, session=session)
+    assert reply["reward"] == 0.0 and reply["check_exit_code"] == 1
+    # No session at all: checked in a fresh setup, where nothing was done.
+    reply = await c.verify("terminal", TASK, DONE)
+    assert reply["reward"] == 0.0 and "_ng_failure_class" not in reply
+
+
+async def test_exec_reports_errors_timeouts_and_truncation(client):
+    c, _ = client
+    session = await c.seed_session("terminal", TASK)
+    _, out = await c.call_tool(session, "exec", {"command": "ls /nonexistent"})
+    assert out["exit_code"] != 0 and out["stderr"]
+    _, out = await c.call_tool(session, "exec", {"command": "sleep 30", "timeout_s": 1})
+    assert out["timed_out"] is True and out["exit_code"] is None
+    _, out = await c.call_tool(session, "exec", {"command": "yes | head -c 50000"})
+    assert out["stdout_truncated"] is True and len(out["stdout"]) <= 10100
+    _, out = await c.call_tool(session, "exec", {"command": "cat /etc/hostname 2>/dev/null; env | grep -c VERIGYM || true"})
+    assert out["exit_code"] == 0
+    status, out = await c.call_tool(session, "exec", {"command": ""})
+    assert status == 422
+    await c.verify("terminal", TASK, DONE, session=session)
+
+
+async def test_broken_setup_is_rejected(client):
+    c, _ = client
+    with pytest.raises(EnvClientError) as err:
+        await c.seed_session("terminal", dict(TASK, setup_commands=["exit 3"]))
+    assert err.value.status == 422
+
+
+async def test_sandbox_is_destroyed_on_verify(client):
+    c, env = client
+    session = await c.seed_session("terminal", TASK)
+    live = set(env.backend._live)
+    assert live
+    await c.verify("terminal", TASK, DONE, session=session)
+    assert not (live & env.backend._live)
