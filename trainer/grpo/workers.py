@@ -186,6 +186,8 @@ class RewardWorker:
         self._policy_name = self.cfg.policy.model_name
 
     def env_of(self, row: dict[str, Any]) -> str:
+        if row.get("_verigym_env"):
+            return row["_verigym_env"]
         if row.get("env"):
             return row["env"]
         name = (row.get("agent_ref") or {}).get("name", "")

@@ -1,0 +1,130 @@
+"""`driver run`: prepare the blend, start its environment servers, train with async GRPO.
+
+    driver run --blend tiny                       # the README's first command
+    driver run -c tiny grpo.max_num_steps=20      # dotlist overrides anywhere after the options
+    driver run --blend tiny --dry-run             # resolved config + plan, nothing started
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run", help="train the policy with async GRPO against the blend's environment servers",
+        description="Async GRPO with in-flight weight updates and bounded policy lag (NeMo-RL semantics). "
+                    "Trailing key=value arguments override any config key, e.g. grpo.num_generations_per_prompt=16.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Outputs in logger.log_dir: metrics.jsonl, reward_curve.png, config.yaml, checkpoints/ "
+               "(rerunning the same command resumes from the latest checkpoint).")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotlist config overrides")
+    p.add_argument("-c", "--config", default="tiny", help="config name in trainer/configs/ or a YAML path (default: tiny)")
+    p.add_argument("--blend", default=None, help="blend name (blends/<name>.yaml); sets data.blend")
+    p.add_argument("--data-dir", default=None, help="prepared data folder (default: data/<blend>)")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config and the plan, start nothing")
+    p.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints in the log dir")
+    p.add_argument("--backend", choices=["local"], default="local", help="training backend (local engine)")
+    p.set_defaults(func=cmd_run)
+
+
+def _load_data(cfg: MasterConfig, data_dir: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """Rows with ``_verigym_env`` set to the environment each routes to, and the envs needed."""
+    def read(path: Path) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+    route = None
+    if cfg.data.train_data_path:
+        train, val = read(Path(cfg.data.train_data_path)), read(Path(cfg.data.validation_data_path or ""))
+    elif cfg.data.blend:
+        from trainer.blends import load_blend
+        from trainer.cli import prep_blend
+
+        blend = load_blend(cfg.data.blend)
+        out = Path(data_dir) if data_dir else Path("data") / Path(cfg.data.blend).stem
+        prep_blend(cfg.data.blend, out)
+        train, val = read(out / "train.jsonl"), read(out / "val.jsonl")
+        route = blend.env_for
+    else:
+        raise ConfigError("set data.blend or data.train_data_path")
+    if not train:
+        raise ConfigError("no training rows")
+    for r in train + val:
+        env = (route(r) if route else None) or r.get("env") or (r.get("agent_ref") or {}).get("name")
+        if not env:
+            raise ConfigError(f"row does not name an environment: {str(r)[:200]}")
+        r["_verigym_env"] = env
+    return train, val, sorted({r["_verigym_env"] for r in train + val})
+
+
+def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:
+    g, a = cfg.grpo, cfg.grpo.async_grpo
+    mode = (f"async, max_trajectory_age_steps={a.max_trajectory_age_steps}, in_flight_weight_updates={cfg.in_flight_updates}"
+            if a.enabled else "synchronous baseline (same engine, max age 0)")
+    return "\n".join([
+        f"environments to start: {', '.join(envs) if not cfg.env.urls else 'none (env.urls given: ' + ', '.join(cfg.env.urls) + ')'}",
+        f"data: {n_train} train rows, {n_val} validation rows (max_val_samples={g.max_val_samples})",
+        f"steps: {g.max_num_steps} ({g.num_prompts_per_step} prompts x {g.num_generations_per_prompt} generations = "
+        f"{cfg.rollout_batch_size} rollouts/step; {g.max_num_steps * g.num_prompts_per_step / max(n_train, 1):.2f} epochs)",
+        f"optimizer steps per GRPO step: {cfg.rollout_batch_size // cfg.global_batch_size} "
+        f"(train_global_batch_size={cfg.global_batch_size}, micro batch {cfg.policy.train_micro_batch_size})",
+        f"mode: {mode}",
+        f"ray: {cfg.cluster.ray_address or 'local (started by the driver)'}; generators: {cfg.cluster.num_generation_workers}; "
+        f"weight transport: {cfg.cluster.weight_transport}",
+        f"warm start: {cfg.policy.warm_start.num_steps} supervised steps" if cfg.policy.warm_start.enabled else "warm start: off",
+        f"outputs: {cfg.logger.log_dir}",
+    ])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides)
+    if args.blend:
+        overrides.insert(0, f"data.blend={args.blend}")
+    try:
+        cfg = load_config(args.config, overrides)
+        if args.blend and args.config == "tiny" and args.blend != "tiny" and not any(o.startswith("logger.log_dir=") for o in overrides):
+            cfg.logger.log_dir = f"runs/{args.blend}"
+        train, val, envs = _load_data(cfg, args.data_dir)
+    except ConfigError as exc:
+        print(f"driver run: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(to_yaml(cfg))
+        print("# plan\n" + plan(cfg, envs, len(train), len(val)))
+        return 0
+    print(plan(cfg, envs, len(train), len(val)), flush=True)
+    from trainer.grpo.engine import run_grpo
+
+    if cfg.env.urls:
+        result = run_grpo(cfg, train, val, dict(cfg.env.urls), resume=not args.no_resume)
+    else:
+        from trainer.fleet import Fleet
+
+        with Fleet(envs, log_dir=Path(cfg.logger.log_dir) / "env_logs") as fleet:
+            result = run_grpo(cfg, train, val, fleet.urls, resume=not args.no_resume)
+    print(format_summary(result.summary))
+    return 0
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    val = s.get("validation") or []
+    lines = ["", "run summary",
+             f"  steps {s['steps']} (resumed from {s['resumed_from']}), wall {s['wall_seconds']}s, loop {s['loop_seconds']}s",
+             f"  time: generating {s['generation_seconds']}s, training {s['training_seconds']}s, trainer waiting "
+             f"{s['trainer_wait_seconds']}s (idle {s['trainer_idle_fraction']:.0%}), weight sync {s['weight_sync_seconds']}s, "
+             f"reward {s['reward_seconds']}s",
+             f"  generated tokens {s['generated_tokens']}, in-flight weight updates {s['in_flight_weight_updates']}, "
+             f"dropped stale groups {s['dropped_stale_groups']}",
+             f"  failed samples (masked) {s['failed_samples']} {s['failures_by_class'] or ''}, re-scored {s['retried_scores']}"]
+    if val:
+        lines.append(f"  validation reward: step {val[0][0]}: {val[0][1]:.3f} -> step {val[-1][0]}: {val[-1][1]:.3f}  "
+                     f"(all: {', '.join(f'{st}:{v:.2f}' for st, v in val)})")
+    if s.get("reward_curve"):
+        lines.append(f"  reward curve: {s['reward_curve']}")
+    return "\n".join(lines)
