@@ -106,7 +106,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         from trainer.fleet import Fleet
 
-        with Fleet(envs, log_dir=Path(cfg.logger.log_dir) / "env_logs") as fleet:
+        env_logs = Path(cfg.logger.log_dir) / "env_logs"
+        env_logs.mkdir(parents=True, exist_ok=True)
+        with Fleet(envs, log_dir=env_logs) as fleet:
             result = run_grpo(cfg, train, val, fleet.urls, resume=not args.no_resume)
     print(format_summary(result.summary))
     return 0
