@@ -105,9 +105,11 @@ class EnvClient:
         while True:
             retry_after = None
             try:
-                async with replica.limit:
-                    replica.in_flight += 1
-                    try:
+                # in_flight counts requests waiting for the replica's cap too: it is the load
+                # least-in-flight balancing must see, or every pick ties once caps are full.
+                replica.in_flight += 1
+                try:
+                    async with replica.limit:
                         async with self._http().post(replica.url + path, data=orjson.dumps(body),
                                                      headers={"Content-Type": "application/json", **(headers or {})}) as r:
                             raw = await r.read()
@@ -115,8 +117,8 @@ class EnvClient:
                             status = r.status
                             if status == 503:
                                 retry_after = float(r.headers.get("Retry-After", "0") or 0)
-                    finally:
-                        replica.in_flight -= 1
+                finally:
+                    replica.in_flight -= 1
                 payload = orjson.loads(raw) if raw else None
                 if status != 503:
                     return status, payload, cookies
