@@ -37,7 +37,7 @@ def add_parser(subparsers: Any) -> None:
 def _load_data(cfg: MasterConfig, data_dir: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Rows with ``_verigym_env`` set to the environment each routes to, and the envs needed."""
     def read(path: Path) -> list[dict[str, Any]]:
-        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
 
     route = None
     if cfg.data.train_data_path:

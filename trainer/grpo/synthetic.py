@@ -1,0 +1,20 @@
+"""Single-digit addition rows routed to the math environment, for engine tests and benchmarks
+(fixed, learnable, fast to score; independent of any blend)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+AGENT = "math_simple_agent"
+
+
+def arithmetic_rows(n: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(0, 4), rng.randint(0, 4)
+        rows.append({"responses_create_params": {"input": [{"role": "user", "content": f"{a}+{b}="}]},
+                     "agent_ref": {"type": "responses_api_agents", "name": AGENT}, "expected_answer": str(a + b),
+                     "question": f"{a}+{b}=", "_verigym_id": f"q{i}"})
+    return rows
