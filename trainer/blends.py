@@ -160,12 +160,24 @@ def _closest_key_errors(exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             model = _model_at(err["loc"][:-1])
             valid = list(model.model_fields) if model else []
-            close = difflib.get_close_matches(str(err["loc"][-1]), valid, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            key = str(err["loc"][-1])
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else _nested_hint(model, key)
             problems.append(f"unknown key {loc!r}.{hint} Valid keys here: {', '.join(valid)}")
         else:
             problems.append(f"{loc}: {err['msg']}")
     return "; ".join(problems)
+
+
+def _nested_hint(model: type[BaseModel] | None, key: str) -> str:
+    """A key written one level too high (``val_holdout:`` instead of ``split: {val_holdout:}``)."""
+    for name in (model.model_fields if model else {}):
+        inner = _model_at((name,)) if model is Blend else None
+        if inner is not None and inner is not Blend:
+            close = difflib.get_close_matches(key, list(inner.model_fields), n=1, cutoff=0.8)
+            if close:
+                return f" Did you mean '{name}.{close[0]}'?"
+    return ""
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:

@@ -1,0 +1,57 @@
+"""Blend specs: every shipped blend loads; typos are errors naming the closest key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from trainer.blends import DEFAULT_AGENT_MAP, BlendError, available, load_blend
+
+
+def test_all_shipped_blends_load():
+    names = set(available())
+    assert {"rlvr1", "rlvr2", "rlvr3", "swe1", "swe2", "rlhf", "tiny"} <= names
+    for name in names:
+        blend = load_blend(name)
+        assert blend.name == name and blend.sources
+    for name in ("rlvr1", "rlvr2", "rlvr3"):
+        b = load_blend(name)
+        assert b.placeholders.resolve and b.split.val_holdout == 100
+        assert b.sources[0].hub.repo == "nvidia/Nemotron-3-Super-RL-Training-Blends"
+        assert b.sources[0].hub.file == f"{name}.jsonl"
+    for name in ("swe1", "swe2", "rlhf"):
+        assert not load_blend(name).placeholders.resolve
+
+
+def test_tiny_is_offline():
+    tiny = load_blend("tiny")
+    assert all(s.hub is None for s in tiny.sources)
+    assert any(s.generate and s.generate.env == "reasoning_gym" for s in tiny.sources)
+
+
+def test_agent_routing():
+    b = load_blend("rlvr1")
+    assert b.env_for({"agent_ref": {"name": "math_with_judge_simple_agent"}}) == "math"
+    assert b.env_for({"agent_ref": {"name": "mcqa_simple_agent"}}) == "mcqa"
+    assert b.env_for({"agent_ref": {"name": "code"}}) == "code"  # an env name routes to itself
+    assert b.env_for({}) is None
+    assert DEFAULT_AGENT_MAP["instruction_following_simple_agent"] == "instruction_following"
+
+
+@pytest.mark.parametrize("spec, expect", [
+    ({"sources": [{"path": "x.jsonl"}], "val_holdout": 3}, "Did you mean 'split.val_holdout'"),
+    ({"sources": [{"path": "x.jsonl"}], "split": {"val_holdot": 3}}, "Did you mean 'val_holdout'"),
+    ({"sources": [{"pth": "x.jsonl"}]}, "Did you mean 'path'"),
+    ({"sources": [{"path": "x.jsonl", "hub": {"repo": "a", "file": "b"}}]}, "exactly one of hub/path/generate"),
+])
+def test_bad_specs_name_the_closest_key(tmp_path, spec, expect):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(BlendError) as err:
+        load_blend(str(path))
+    assert expect in str(err.value)
+
+
+def test_unknown_blend_suggests():
+    with pytest.raises(BlendError, match="Did you mean tiny"):
+        load_blend("tinny")
