@@ -129,6 +129,9 @@ async def _rollout(blend: Any, rows: list[dict[str, Any]], settings: Any, output
     from trainer.policy import Policy, PolicyConfig
     from trainer.rollout import collect
 
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
     given = _parse_urls(args.env_url or [])
     needed = sorted({blend.env_for(r) for r in rows})
     to_start = [env for env in needed if env not in given]
@@ -192,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pass-threshold", type=float, default=1.0, help="reward counted as a pass for pass@k")
     p.add_argument("--retries", type=int, default=3, help="client retries on 503/connection errors before failing")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per server call")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: on a small shared CPU more threads oversubscribe and "
+                        "tiny forwards get much slower; raise it on a dedicated machine)")
     p.set_defaults(func=cmd_rollout)
 
     # `driver run` lives in trainer/run_command.py (the GRPO engine); optional until it exists.
