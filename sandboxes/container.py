@@ -268,25 +268,32 @@ class ContainerBackend(SandboxBackend):
         lim = spec.limits
         docker = _docker()
         kwargs: dict[str, Any] = dict(
-            command=["sleep", "infinity"], detach=True, network_mode=None if spec.network else "none",
+            command=["sleep", "infinity"], network_mode=None if spec.network else "none",
             mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m",
             nano_cpus=int(self.cpus * 1e9), pids_limit=lim.max_processes + 8,
             ulimits=[docker.types.Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files),
-                     docker.types.Ulimit(name="core", soft=0, hard=0)],
+                     docker.types.Ulimit(name="core", soft=0, hard=0),
+                     # Explicit, or Podman's compat API asks runc for the service's own (higher)
+                     # nproc and the kernel refuses. pids_limit is the real process cap.
+                     docker.types.Ulimit(name="nproc", soft=1024, hard=1024)],
             cap_drop=["ALL"], cap_add=list(self.cap_add) or None, security_opt=["no-new-privileges"],
             labels={"verigym.sandbox": "1"}, user=self.user, hostname="sandbox",
+            working_dir=spec.workdir,  # the engine creates it (root without caps may not)
             environment={"HOME": spec.workdir, **spec.env}, **self.extra_run_kwargs)
+        container = None
         try:
-            container = await asyncio.to_thread(self.client.containers.run, image, **kwargs)
-            mk = await asyncio.to_thread(container.exec_run, ["mkdir", "-p", spec.workdir])
-            if mk.exit_code != 0:
-                raise SandboxError(f"cannot create workdir {spec.workdir}: {mk.output[-300:]!r}")
-        except docker.errors.ImageNotFound as exc:
-            raise SandboxError(f"image {image!r} not found locally and no registry pull succeeded: {exc}") from exc
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"container start failed: {exc}") from exc
-        if spec.files:
-            await asyncio.to_thread(container.put_archive, spec.workdir, _tar_of(spec.files))
+            container = await asyncio.to_thread(self.client.containers.create, image, **kwargs)
+            await asyncio.to_thread(container.start)
+            if spec.files:
+                await asyncio.to_thread(container.put_archive, spec.workdir, _tar_of(spec.files))
+        except BaseException as exc:
+            if container is not None:  # created but not usable: never leak it
+                await asyncio.to_thread(self._remove, container)
+            if isinstance(exc, docker.errors.ImageNotFound):
+                raise SandboxError(f"image {image!r} not found locally and not pullable: {exc}") from exc
+            if isinstance(exc, docker.errors.DockerException):
+                raise SandboxError(f"container start failed: {exc}") from exc
+            raise
         return container
 
     def _remove(self, container: Any) -> None:

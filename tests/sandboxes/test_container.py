@@ -1,0 +1,143 @@
+"""The container backend for real against Podman's Docker-compatible API.
+
+The module fixture runs ``scripts/ci_podman.sh`` (idempotent) and
+``sandboxes/images/build_test_image.sh`` (skips when the image exists), and stops the
+Podman service afterwards if it started it. Skips only when podman is not installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
+
+pytestmark = pytest.mark.podman
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = "verigym-test:latest"
+SOCK = "/run/verigym-podman.sock"
+
+
+def _api_up() -> bool:
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(1)
+        s.connect(SOCK)
+        s.close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def podman_api():
+    if shutil.which("podman") is None:
+        pytest.skip("podman not installed (apt-get install podman runc)")
+    started = not _api_up()
+    subprocess.run([str(ROOT / "scripts/ci_podman.sh")], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(ROOT / "sandboxes/images/build_test_image.sh")], check=True, timeout=600)
+    yield f"unix://{SOCK}"
+    if started:
+        subprocess.run([str(ROOT / "scripts/ci_podman.sh"), "--stop"], check=False, timeout=30)
+
+
+@pytest.fixture
+async def backend(podman_api):
+    b = open_backend("container", base_url=podman_api, image=IMAGE)
+    yield b
+    await b.close()
+    # Podman may finish a forced removal a moment after the API call returns.
+    for _ in range(50):
+        leftovers = subprocess.run(["podman", "ps", "-aq", "--filter", "label=verigym.sandbox=1"],
+                                   capture_output=True, text=True).stdout.split()
+        if not leftovers:
+            break
+        time.sleep(0.2)
+    assert leftovers == [], "containers leaked"
+
+
+async def test_health(backend):
+    h = await backend.health()
+    assert h["ok"] is True and h["engine"]
+
+
+async def test_exec_stdin_files_roundtrip(backend):
+    async with await backend.create(SandboxSpec(files={"a.py": "import sys; print(sys.stdin.read()[::-1])"})) as sb:
+        r = await sb.exec(["python3", "a.py"], stdin="abc")
+        assert r.ok and r.text() == "cba\n" and r.stderr == b""
+        r = await sb.exec("echo err >&2; exit 4")
+        assert r.exit_code == 4 and r.stderr == b"err\n" and r.verdict is ResourceVerdict.OK
+        await sb.upload({"d/x.txt": "hello"})
+        r = await sb.exec("cat d/x.txt > y.txt; pwd")
+        assert r.text() == "/workspace\n"
+        assert await sb.download("y.txt") == b"hello"
+        with pytest.raises(FileNotFoundError):
+            await sb.download("nope")
+
+
+async def test_missing_image_is_sandbox_error(podman_api):
+    b = open_backend("container", base_url=podman_api)
+    with pytest.raises(SandboxError):
+        await b.create(SandboxSpec(image="localhost/verigym-does-not-exist:1"))
+    await b.close()
+
+
+async def test_timeout_kills_and_nothing_survives(backend):
+    async with await backend.create(SandboxSpec()) as sb:
+        r = await sb.exec("sleep 100 & sleep 100", timeout=1)
+        assert r.verdict is ResourceVerdict.TIMEOUT
+        ps = await sb.exec("cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+        assert ps.ok and "sleep 100" not in ps.text()
+
+
+async def test_cpu_memory_output_limits(backend):
+    async with await backend.create(SandboxSpec(limits=Limits(memory_mb=256))) as sb:
+        r = await sb.exec(["python3", "-c", "while True: pass"], limits=Limits(cpu_s=1, memory_mb=256))
+        assert r.verdict is ResourceVerdict.CPU_LIMIT
+        r = await sb.exec(["python3", "-c", "x = bytearray(1 << 30)"], limits=Limits(memory_mb=256))
+        assert r.verdict is ResourceVerdict.MEMORY_LIMIT
+        r = await sb.exec(["python3", "-c", "import sys\nwhile True: sys.stdout.write('y'*65536)"],
+                          limits=Limits(max_output_bytes=100_000, memory_mb=256))
+        assert r.verdict is ResourceVerdict.OUTPUT_LIMIT and r.stdout_truncated and len(r.stdout) == 100_000
+
+
+async def test_no_network(backend):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    try:
+        async with await backend.create(SandboxSpec()) as sb:
+            r = await sb.exec(["python3", "-c",
+                               f"import socket\ntry:\n socket.create_connection(('127.0.0.1',{port}),timeout=2); print('CONNECTED')\n"
+                               "except OSError as e: print('blocked')\n"
+                               "try:\n socket.create_connection(('1.1.1.1',80),timeout=2); print('EGRESS')\n"
+                               "except OSError as e: print('blocked')"])
+            assert r.text() == "blocked\nblocked\n"
+    finally:
+        srv.close()
+
+
+async def test_fork_bomb_contained_by_pids_limit(backend):
+    async with await backend.create(SandboxSpec(limits=Limits(max_processes=32))) as sb:
+        r = await sb.exec(["python3", "-c",
+                           "import os\nwhile True:\n try: os.fork()\n except OSError: print('fork failed', flush=True); break"],
+                          timeout=10)
+        assert b"fork failed" in r.stdout
+        await sb.reset()
+        assert (await sb.exec("echo alive")).text() == "alive\n"
+
+
+async def test_reset_gives_a_fresh_container(backend):
+    async with await backend.create(SandboxSpec(files={"keep.txt": "k"})) as sb:
+        first = sb.container_id
+        await sb.exec("echo x > junk.txt; echo y > /tmp/junk; rm keep.txt; (sleep 300 &)")
+        await sb.reset()
+        assert sb.container_id != first
+        r = await sb.exec("ls -A /workspace; ls -A /tmp")
+        assert r.text().split() == ["keep.txt"]
