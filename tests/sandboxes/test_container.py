@@ -141,3 +141,21 @@ async def test_reset_gives_a_fresh_container(backend):
         assert sb.container_id != first
         r = await sb.exec("ls -A /workspace; ls -A /tmp")
         assert r.text().split() == ["keep.txt"]
+
+
+async def test_host_files_and_server_env_invisible(backend, tmp_path, monkeypatch):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET")
+    monkeypatch.setenv("VERIGYM_TEST_SECRET", "hunter2")
+    async with await backend.create(SandboxSpec()) as sb:
+        r = await sb.exec(f"cat {secret} 2>&1; ls /work /root 2>&1; env; touch /escape-marker; echo done")
+        assert b"TOPSECRET" not in r.stdout and b"hunter2" not in r.stdout
+        assert r.text().rstrip().endswith("done")
+    assert not Path("/escape-marker").exists()
+
+
+async def test_kill_all_inside_keeps_sandbox_usable(backend):
+    async with await backend.create(SandboxSpec()) as sb:
+        await sb.exec("kill -9 -1; kill -9 1")
+        r = await sb.exec("echo next")
+        assert r.ok and r.text() == "next\n"
