@@ -45,6 +45,7 @@ class SweRow(RowModel):
 class SweConfig(EnvConfig):
     sandbox_backend: Literal["container", "apptainer"] = Field("container", description="sandboxes.open_backend name.")
     sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options (base_url, cpus...).")
+    sandbox_env: dict[str, str] = Field(default_factory=dict, description="Environment variables of every sandbox (e.g. PYTHONDONTWRITEBYTECODE).")
     image_template: str = Field("swebench/sweb.eval.x86_64.{instance_id_1776}:latest",
                                 description="Container image of a row without 'image'. Fields: instance_id, instance_id_1776, repo, repo_slug, version, image_prefix.")
     image_prefix: str = Field("", description="Value of {image_prefix} in the templates.")

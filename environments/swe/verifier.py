@@ -116,15 +116,16 @@ class SweEnvironment(Environment):
         fields = template_vars(row, cfg.image_prefix, cfg.sif_dir)
         return (cfg.sif_template if cfg.sandbox_backend == "apptainer" else cfg.image_template).format(**fields)
 
-    async def ensure_image(self, row: SweRow, *, pull: bool | None = None) -> str:
+    async def ensure_image(self, row: SweRow, *, pull: bool | None = None) -> tuple[str, str]:
+        """(image reference, 'present' | 'pulled' | 'built'); raises ImageUnavailable."""
         ref = self.image_for(row)
         pull = self.cfg.pull_missing_images if pull is None else pull
         if isinstance(self.images, SifImages):
             docker_ref = self.cfg.image_template.format(**template_vars(row, self.cfg.image_prefix, self.cfg.sif_dir))
-            await self.images.ensure(ref, pull=pull, docker_ref=docker_ref)
+            state = await self.images.ensure(ref, pull=pull, docker_ref=docker_ref)
         else:
-            await self.images.ensure(ref, pull=pull, build=self.cfg.build_local_images)
-        return ref
+            state = await self.images.ensure(ref, pull=pull, build=self.cfg.build_local_images)
+        return ref, state
 
     def _spec(self, image: str, row: SweRow) -> SandboxSpec:
         cfg = self.cfg
@@ -132,7 +133,7 @@ class SweEnvironment(Environment):
         limits = Limits(wall_s=cfg.test_timeout_s, cpu_s=cfg.test_timeout_s, memory_mb=cfg.memory_mb,
                         max_processes=cfg.max_processes, max_file_mb=1024, max_open_files=1024,
                         max_output_bytes=cfg.max_output_bytes)
-        return SandboxSpec(image=image, workdir=workdir, limits=limits)
+        return SandboxSpec(image=image, workdir=workdir, limits=limits, env=dict(cfg.sandbox_env))
 
     async def _create(self, spec: SandboxSpec) -> Sandbox:
         # Shielded: a verify cancelled by its deadline must not leave a container behind.
@@ -176,7 +177,7 @@ class SweEnvironment(Environment):
                                   "resolved": False, "patch_applied": False, "evaluation_completed": False}
         t0 = time.monotonic()
         try:
-            image = await self.ensure_image(row)
+            image, _ = await self.ensure_image(row)
         except ImageUnavailable as exc:
             return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc), **extras)
         extras["image"] = image
@@ -265,7 +266,7 @@ class SweEnvironment(Environment):
                 raise ToolError("the session is closed")
             if session.sandbox is None:
                 try:
-                    image = await self.ensure_image(session.row)
+                    image, _ = await self.ensure_image(session.row)
                     session.sandbox = await self._create(self._spec(image, session.row))
                     session.repo_dir = await self.prime(session.sandbox, session.row)
                 except (ImageUnavailable, SandboxError) as exc:
@@ -329,7 +330,7 @@ class SweEnvironment(Environment):
                 if progress is not None:
                     progress.set_postfix_str(image[-60:])
                 try:
-                    state = await env.ensure_image(image_rows[0], pull=True)
+                    _, state = await env.ensure_image(image_rows[0], pull=True)
                     summary[state] += 1
                 except ImageUnavailable as exc:
                     summary["unavailable"][image] = str(exc)
