@@ -12,7 +12,7 @@ need_apt=()
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 command -v podman >/dev/null || need_apt+=(podman)
 command -v runc >/dev/null || need_apt+=(runc)
-command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+command -v mmdebstrap >/dev/null || need_apt+=(mmdebstrap)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null; then
     echo "setup: installing system packages: ${need_apt[*]}"
