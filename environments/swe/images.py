@@ -162,8 +162,8 @@ class ContainerImages:
 class SifImages:
     """SIF files for the apptainer backend; ``ensure`` pulls with ``apptainer pull`` if possible."""
 
-    def __init__(self, *, registries: list[str], binary: str, docker_template: str, pull_timeout_s: float) -> None:
-        self.registries, self.binary, self.docker_template = registries, binary, docker_template
+    def __init__(self, *, registries: list[str], binary: str, pull_timeout_s: float) -> None:
+        self.registries, self.binary = registries, binary
         self.pull_timeout_s = pull_timeout_s
         self._locks: dict[str, asyncio.Lock] = {}
 

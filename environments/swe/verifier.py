@@ -80,7 +80,7 @@ class SweEnvironment(Environment):
             cfg = self.cfg
             if cfg.sandbox_backend == "apptainer":
                 self._images = SifImages(registries=cfg.registries, binary=cfg.apptainer_binary,
-                                         docker_template=cfg.image_template, pull_timeout_s=cfg.pull_timeout_s)
+                                         pull_timeout_s=cfg.pull_timeout_s)
             else:
                 local = {ref: (self.runtime.folder / path) for ref, path in cfg.local_images.items()}
                 self._images = ContainerImages(base_url=cfg.sandbox_options.get("base_url"), registries=cfg.registries,

@@ -63,9 +63,7 @@ def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
 def _path(value: Any) -> Any:
     if not isinstance(value, str) or not value.strip():
         return value
-    text = value.strip()
-    normalized = posixpath.normpath(text)
-    return normalized
+    return posixpath.normpath(value.strip())
 
 
 def _int(value: Any) -> Any:
