@@ -37,6 +37,7 @@ def test_kill_and_resume_loses_and_repeats_no_prompt(tmp_path):
     train = tmp_path / "train.jsonl"
     train.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     steps, B = 6, 2
+    (tmp_path / "fleet").mkdir()
     with Fleet(["math"], log_dir=tmp_path / "fleet") as fleet:
         cmd = [sys.executable, "-m", "trainer.cli", "run", f"data.train_data_path={train}", "data.blend=null",
                "data.shuffle=false", f"logger.log_dir={tmp_path / 'run'}", "logger.progress_bar=false",
