@@ -7,6 +7,12 @@ a line that differs as text is accepted when both sides are the same sequence of
 ``float_tolerance`` in config, 0 = LCB-exact). Tokens are compared after splitting on
 whitespace, so ``"1  2"`` equals ``"1 2"`` as LCB's numeric fallback already allows.
 
+The tolerance applies only where the *expected* value is a real number (written with a
+decimal point or an exponent; a JSON float): an integer answer is exact, so a program that
+prints 1000000008 for 1000000007 is wrong however small the relative error. The
+comparison is done in ``Decimal``, so numbers beyond float range are never "close" by both
+overflowing to infinity.
+
 Call-based tests (``fn_name``) follow LCB's ``grade_call_based``: the expected output is
 JSON, the program's return value is JSON-encoded by the harness; tuples become lists; equal
 values pass, and floats pass within the tolerance.
@@ -32,10 +38,18 @@ def _numbers(tokens: list[str]) -> list[Decimal] | None:
     return values if all(v.is_finite() for v in values) else None
 
 
-def _close(a: Decimal, b: Decimal, tolerance: float) -> bool:
-    if a == b:
+def _is_integer_literal(token: str) -> bool:
+    return not any(ch in token for ch in ".eE")
+
+
+def _close(got: Decimal, want: Decimal, tolerance: float, *, want_is_real: bool) -> bool:
+    """Equal, or (for a real-valued expected number) within ``tolerance``, absolute or relative."""
+    if got == want:
         return True
-    return tolerance > 0 and math.isclose(float(a), float(b), rel_tol=tolerance, abs_tol=tolerance)
+    if tolerance <= 0 or not want_is_real:
+        return False
+    tol = Decimal(repr(tolerance))
+    return abs(got - want) <= max(tol, tol * max(abs(got), abs(want)))
 
 
 def stdio_matches(got: str, expected: str, *, tolerance: float = 1e-6) -> bool:
@@ -53,7 +67,8 @@ def stdio_matches(got: str, expected: str, *, tolerance: float = 1e-6) -> bool:
         got_nums, want_nums = _numbers(got_tokens), _numbers(want_tokens)
         if got_nums is None or want_nums is None:
             return False
-        if not all(_close(a, b, tolerance) for a, b in zip(got_nums, want_nums)):
+        if not all(_close(a, b, tolerance, want_is_real=not _is_integer_literal(token))
+                   for a, b, token in zip(got_nums, want_nums, want_tokens)):
             return False
     return True
 
@@ -64,8 +79,10 @@ def _values_equal(got: Any, want: Any, tolerance: float) -> bool:
     if isinstance(got, (int, float)) and isinstance(want, (int, float)):
         if got == want:
             return True
-        either_float = isinstance(got, float) or isinstance(want, float)
-        return tolerance > 0 and either_float and math.isclose(got, want, rel_tol=tolerance, abs_tol=tolerance)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (got, want)):
+            return False  # inf/nan: only equal values (handled above) pass
+        # Decimal(float) is exact: no overflow for huge ints, no false match between infinities.
+        return _close(Decimal(got), Decimal(want), tolerance, want_is_real=isinstance(want, float))
     if isinstance(got, list) and isinstance(want, list):
         return len(got) == len(want) and all(_values_equal(a, b, tolerance) for a, b in zip(got, want))
     if isinstance(got, dict) and isinstance(want, dict):

@@ -64,3 +64,22 @@ def test_call_based_comparison():
     assert not call_matches("[3]", "3")
     assert not call_matches("not json", "3")
     assert call_matches('{"a": [1, 2]}', '{"a": [1, 2]}')
+
+
+def test_integer_answers_are_exact_whatever_the_tolerance():
+    # A relative tolerance must not accept a wrong integer: 1000000008 is off by one from the
+    # classic modulus, a relative error of 1e-9.
+    assert not stdio_matches("1000000008", "1000000007")
+    assert not stdio_matches("1000000007.5", "1000000007")
+    assert not stdio_matches("123456789012345678901234567891", "123456789012345678901234567890")
+    assert stdio_matches("1000000007.0", "1000000007")  # equal values still pass
+    assert not call_matches("1000000008", "1000000007")
+    assert not call_matches("1000000008.0", "1000000007")
+    assert call_matches("[1, 2.0000000001]", "[1, 2.0]")
+
+
+def test_numbers_beyond_float_range_are_not_close_by_overflow():
+    assert not stdio_matches("1" + "0" * 400, "2" + "0" * 400)
+    assert not stdio_matches("1e400", "2e400")
+    assert stdio_matches("1.0000000001e400", "1e400")
+    assert not call_matches("1" + "0" * 400, "1.5")  # used to raise OverflowError (verifier_error)
