@@ -6,9 +6,12 @@ environments (``swe_pivot``) import them.
 Rules
 * arguments may be JSON strings (Responses-API ``function_call.arguments``) or objects;
 * values compare structurally: objects by key set then value, lists element-wise in order;
-* numbers compare with a tolerance (``math.isclose(rel_tol, abs_tol)``); a string that
-  parses as a number equals that number ("14" == 14), because models often quote numbers;
-  booleans are not numbers (True != 1);
+* numbers compare exactly, in ``Decimal`` (no float overflow or rounding); where the
+  expected number is a real (a float, or a string with a point or an exponent) a tolerance
+  applies (``math.isclose(rel_tol, abs_tol)`` semantics). Integers stay exact: a relative
+  tolerance would make ids 1234567890 and 1234567891 "equal". A string that parses as a
+  number equals that number ("14" == 14), because models often quote numbers; booleans are
+  not numbers (True != 1);
 * strings compare after whitespace normalisation (``collapse``: trim and squeeze runs of
   whitespace to one space; ``strip``: trim only; ``exact``) and optionally case-folded;
 * calls are a multiset: each expected call is matched to at most one predicted call by a
@@ -18,10 +21,10 @@ Rules
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 Whitespace = Literal["collapse", "strip", "exact"]
@@ -74,7 +77,7 @@ def parse_arguments(raw: Any) -> dict[str, Any] | None:
     if isinstance(raw, str):
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, an int over 4300 digits, nesting past the stack
             return None
         return value if isinstance(value, dict) else None
     return None
@@ -84,18 +87,35 @@ def make_call(name: str, arguments: Any) -> Call:
     return Call(name=name, arguments=parse_arguments(arguments), raw_arguments=arguments)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: Any) -> Decimal | None:
+    """A finite number as an exact Decimal; None for anything else (bools, nan, inf, text)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
+    try:
+        if isinstance(value, (int, float)):
+            number = Decimal(value)
+        elif isinstance(value, str) and len(value) <= 100:
+            number = Decimal(value.strip())
+        else:
             return None
-        return number if math.isfinite(number) else None
-    return None
+    except (InvalidOperation, ValueError):
+        return None
+    return number if number.is_finite() else None
+
+
+def _is_real(value: Any) -> bool:
+    """Written as a real number (so a tolerance makes sense), not as an integer."""
+    return isinstance(value, float) or isinstance(value, str) and any(ch in value for ch in ".eE")
+
+
+def _numbers_equal(expected: Any, got: Any, expected_num: Decimal, got_num: Decimal, options: MatchOptions) -> bool:
+    if expected_num == got_num:
+        return True
+    if not _is_real(expected):
+        return False
+    diff = abs(expected_num - got_num)
+    return diff <= max(Decimal(repr(options.rel_tol)) * max(abs(expected_num), abs(got_num)),
+                       Decimal(repr(options.abs_tol)))
 
 
 def _norm_text(text: str, options: MatchOptions) -> str:
@@ -132,7 +152,7 @@ def value_problems(expected: Any, got: Any, options: MatchOptions, where: str) -
     expected_num, got_num = _number(expected), _number(got)
     both_strings = isinstance(expected, str) and isinstance(got, str)
     if expected_num is not None and got_num is not None and not both_strings:
-        if math.isclose(expected_num, got_num, rel_tol=options.rel_tol, abs_tol=options.abs_tol):
+        if _numbers_equal(expected, got, expected_num, got_num, options):
             return []
         return [f"{where}: expected {expected!r}, got {got!r}"[:200]]
     if isinstance(expected, str) and isinstance(got, str):

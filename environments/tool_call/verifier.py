@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from environments.tool_call.matching import MatchOptions, make_call, match_calls
+from environments.tool_call.matching import MatchOptions, make_call, match_calls, parse_arguments
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
 
@@ -27,6 +27,15 @@ class ExpectedCall(BaseModel):
 
     name: str = Field(min_length=1)
     arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_object(cls, value: dict[str, Any] | str) -> dict[str, Any] | str:
+        # A gold call whose arguments are not a JSON object could never be matched: every
+        # response would silently score 0. That is a broken row (422), not a wrong answer.
+        if parse_arguments(value) is None:
+            raise ValueError(f"arguments must be an object or a JSON string of one, got {str(value)[:100]!r}")
+        return value
 
 
 class ToolCallRow(RowModel):
@@ -48,8 +57,8 @@ class ToolCallConfig(EnvConfig):
                                                   "match (xLAM); partial: weighted name/argument scores.")
     name_weight: float = Field(0.2, ge=0, description="Weight of the name component.")
     arguments_weight: float = Field(0.8, ge=0, description="Weight of the arguments component.")
-    rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance for numeric arguments.")
-    abs_tol: float = Field(1e-9, ge=0, description="Absolute tolerance for numeric arguments.")
+    rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance for expected real numbers (integers are exact).")
+    abs_tol: float = Field(1e-9, ge=0, description="Absolute tolerance for expected real numbers.")
     whitespace: Literal["collapse", "strip", "exact"] = Field("collapse", description="String whitespace rule.")
     case_sensitive: bool = Field(True, description="Compare string arguments case-sensitively.")
     allow_extra_arguments: bool = Field(False, description="Accept predicted arguments the expected call lacks.")

@@ -39,7 +39,8 @@ def test_options_change_the_rules():
     # extra keys are only allowed at the top level
     assert value_problems({"a": {"x": 1}}, {"a": {"x": 1, "y": 2}}, MatchOptions(allow_extra_arguments=True),
                           "arguments") == ["arguments.a.y: unexpected"]
-    assert value_problems({"n": 100}, {"n": 101}, MatchOptions(rel_tol=0.02), "arguments") == []
+    assert value_problems({"n": 100.0}, {"n": 101}, MatchOptions(rel_tol=0.02), "arguments") == []
+    assert value_problems({"n": 100}, {"n": 101}, MatchOptions(rel_tol=0.02), "arguments") != []  # ints exact
 
 
 def test_parse_arguments():
@@ -55,7 +56,8 @@ def test_multiset_matching_is_order_insensitive_and_counts_duplicates():
     assert [c.predicted_index for c in result.calls] == [2, 1, 0]
     # a greedy first-fit would fail here; maximum matching must not
     loose = MatchOptions(rel_tol=0.5)
-    result = match_calls(calls(("f", {"x": 10}), ("f", {"x": 14})), calls(("f", {"x": 12}), ("f", {"x": 5.5})), loose)
+    result = match_calls(calls(("f", {"x": 10.0}), ("f", {"x": 14.0})), calls(("f", {"x": 12}), ("f", {"x": 5.5})),
+                         loose)
     assert result.exact
     result = match_calls(calls(("f", {"x": 1})), calls(("f", {"x": 1}), ("f", {"x": 1})))
     assert not result.exact and result.arguments_score == 0.5 and result.unmatched_predicted == [1]
@@ -116,3 +118,34 @@ def test_bad_weights_are_a_config_error():
     from servers.registry import ConfigError
     with pytest.raises(ConfigError, match="must be 1"):
         registry.instantiate("tool_call", overrides={"name_weight": 0.5})
+
+
+@pytest.mark.parametrize("expected,got,equal", [
+    ({"id": 1234567890}, {"id": 1234567891}, False),  # integers are exact: no relative tolerance
+    ({"id": 1234567890}, {"id": "1234567890"}, True),
+    ({"id": 14}, {"id": 14.0}, True),  # same value
+    ({"x": "3.5"}, {"x": 3.5000000001}, True),  # a real written as a string keeps the tolerance
+    ({"x": 1}, {"x": 10 ** 400}, False),  # used to raise OverflowError (verifier_error)
+    ({"x": 1.5}, {"x": 10 ** 400}, False),
+    ({"x": 10 ** 400}, {"x": 10 ** 400}, True),
+])
+def test_numbers_compare_exactly_unless_real(expected, got, equal):
+    assert (value_problems(expected, got, MatchOptions(), "arguments") == []) is equal
+
+
+def test_unparsable_predicted_arguments_are_a_wrong_call_not_an_error():
+    assert parse_arguments("[" * 100_000 + "]" * 100_000) is None  # RecursionError inside json
+    assert parse_arguments('{"x": ' + "1" * 5000 + "}") is None  # over Python's int digit limit
+
+
+async def test_hostile_function_calls_score_zero(service):
+    for arguments in ("{bad json", "[" * 100_000 + "]" * 100_000, '{"x": ' + "9" * 5000 + "}", None):
+        status, reply = await service.verify({**ROW, "response": _response(("f", arguments))})
+        assert status == 200 and reply["reward"] == 0.0 and "_ng_failure_class" not in reply, reply
+
+
+async def test_gold_arguments_that_are_not_a_json_object_are_rejected(service):
+    for bad in ('{"x": 1', "[1, 2]", "3"):
+        row = {"responses_create_params": {"input": "q"}, "expected_answers": [{"name": "f", "arguments": bad}]}
+        status, body = await service.verify({**row, "response": _response(("f", '{"x": 1}'))})
+        assert status == 422 and "expected_answers.0.arguments" in str(body["detail"]), body
