@@ -12,9 +12,10 @@ A row may force a metric with ``metric``.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from environments.long_context import scoring
 from environments.long_context.synthetic import generate_rows
@@ -31,6 +32,28 @@ class LongContextRow(RowModel):
     subset: str | None = Field(None, description="RULER task name (qa_* subsets use string_match_part).")
     length: int | None = Field(None, description="Prompt length in tokens (informational).")
     metric: Metric | None = Field(None, description="Force a metric for this row.")
+
+    @field_validator("outputs", "answers")
+    @classmethod
+    def _non_empty_golds(cls, golds: list[str] | None) -> list[str] | None:
+        # "" is contained in every answer and an empty list matches nothing: either would
+        # give every response the same reward, silently. A broken row is a 422.
+        if golds is not None and (not golds or any(not gold.strip() for gold in golds)):
+            raise ValueError("give at least one gold answer, none of them empty")
+        return golds
+
+    @field_validator("expected_answer")
+    @classmethod
+    def _json_list_of_strings(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            nodes = json.loads(value)
+        except ValueError:
+            nodes = None
+        if not isinstance(nodes, list) or not all(isinstance(node, str) for node in nodes):
+            raise ValueError(f"expected_answer must be a JSON list of strings (lc_niah), got {value[:100]!r}")
+        return value
 
     @model_validator(mode="after")
     def _one_gold(self) -> "LongContextRow":

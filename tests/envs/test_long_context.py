@@ -102,3 +102,21 @@ async def test_overlap_rules(rule, reward):
         assert reply["answer_score"] == 1.0 and reply["reasoning_overlap"] == 1.0 and reply["reward"] == reward
     finally:
         await service.stop()
+
+
+@pytest.mark.parametrize("gold", [{"outputs": []}, {"outputs": [""]}, {"outputs": ["x", "  "]}, {"answers": []},
+                                  {"answers": [""]}, {"expected_answer": "not json"},
+                                  {"expected_answer": '"abc"'}, {"expected_answer": "[1, 2]"},
+                                  {"expected_answer": '{"a": 1}'}])
+async def test_golds_that_would_give_every_response_the_same_reward_are_rejected(gold):
+    # outputs=[""] used to score 1.0 for any answer ("" is in every string); [] scored 0.0;
+    # expected_answer '"abc"' became the node set {a, b, c}.
+    service = EnvService(registry.instantiate("long_context"))
+    await service.start()
+    try:
+        status, body = await service.verify({"responses_create_params": {"input": "q"}, **gold,
+                                             "response": response_from_text("Final Answer: [a, b, c]")})
+        assert status == 422, body
+        assert next(iter(gold)) in str(body["detail"])
+    finally:
+        await service.stop()
