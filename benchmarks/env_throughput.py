@@ -15,7 +15,6 @@ of one core, so the server's own capacity is higher than what this prints.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from servers import registry  # noqa: E402
+from servers.app import run_event_loop  # noqa: E402
 from servers.cli_bench import bench_rows, run_bench  # noqa: E402
 
 # Issue 2's targets at concurrency 64 on one server process.
@@ -38,7 +38,7 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="server config overrides")
     args = parser.parse_args()
     rows = bench_rows(registry.get(args.env), args.data)
-    result = asyncio.run(run_bench(args.env, rows, concurrency=args.concurrency, requests=args.requests,
+    result = run_event_loop(run_bench(args.env, rows, concurrency=args.concurrency, requests=args.requests,
                                    overrides=args.overrides, show_progress=False))
     target = TARGETS.get(args.env)
     if target:

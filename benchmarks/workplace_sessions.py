@@ -26,10 +26,10 @@ ROW_FILE = Path(__file__).parents[1] / "environments" / ENV / "data" / "example.
 
 def _serve(port_queue: "mp.Queue[str]") -> None:
     from servers import registry
-    from servers.app import serve_until_signalled
+    from servers.app import run_event_loop, serve_until_signalled
 
     env = registry.instantiate(ENV)
-    asyncio.run(serve_until_signalled(env, "127.0.0.1", 0, on_ready=port_queue.put))
+    run_event_loop(serve_until_signalled(env, "127.0.0.1", 0, on_ready=port_queue.put))
 
 
 async def _drive(url: str, sessions: int, concurrency: int) -> dict:
@@ -86,7 +86,9 @@ def main() -> None:
     server.start()
     try:
         url = queue.get(timeout=60)
-        result = asyncio.run(_drive(url, args.sessions, args.concurrency))
+        from servers.app import run_event_loop  # uvloop when installed: the client shares the 2 cores
+
+        result = run_event_loop(_drive(url, args.sessions, args.concurrency))
     finally:
         server.terminate()
         server.join(10)

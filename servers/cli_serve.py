@@ -205,7 +205,7 @@ def _child_main(argv: list[str]) -> int:
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
 
     from servers import registry
-    from servers.app import serve_until_signalled
+    from servers.app import run_event_loop, serve_until_signalled
 
     try:
         env = registry.instantiate(args.name, config_file=args.config,
@@ -217,7 +217,7 @@ def _child_main(argv: list[str]) -> int:
     def on_ready(url: str) -> None:
         print(READY_MARK + json.dumps({"name": args.name, "url": url, "pid": os.getpid()}), flush=True)
 
-    asyncio.run(serve_until_signalled(env, args.host, args.port, on_ready=on_ready))
+    run_event_loop(serve_until_signalled(env, args.host, args.port, on_ready=on_ready))
     return 0
 
 
