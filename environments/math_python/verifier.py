@@ -8,6 +8,8 @@ persists); ``/verify`` scores the final answer exactly like the ``math`` environ
 
 from __future__ import annotations
 
+import json
+import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,23 +109,24 @@ class MathPythonEnv(Environment):
             await state.sandbox.destroy()
 
     async def _execute(self, session: Session, args: CodeArgs) -> dict[str, Any]:
-        import json
-
         cfg = self.config
         if len(session.executed) >= cfg.max_cells:
             raise ToolError(f"cell limit reached ({cfg.max_cells} per session); give your final answer")
         session.executed.append(args.code)
-        job = json.dumps({"history": session.history, "cell": args.code}).encode()
+        marker = f"\n[verigym kernel {secrets.token_hex(8)} done]"
+        job = json.dumps({"history": session.history, "cell": args.code, "marker": marker}).encode()
         try:
             result = await session.sandbox.exec([cfg.python or sys.executable, "-I", "-c", KERNEL_SOURCE],
                                                 stdin=job, timeout=cfg.call_timeout_s, limits=self._limits())
         except SandboxError as exc:
             raise ToolError(f"the Python sandbox failed (not your code): {exc}") from exc
+        raw_stderr = result.text("stderr")
+        completed = raw_stderr.endswith(marker)
         stdout, out_cut = _clip(result.text("stdout"), cfg.max_output_chars)
-        stderr, err_cut = _clip(result.text("stderr"), cfg.max_output_chars)
+        stderr, err_cut = _clip(raw_stderr[:-len(marker)] if completed else raw_stderr, cfg.max_output_chars)
         reply: dict[str, Any] = {"stdout": stdout, "stderr": stderr,
                                  "truncated": out_cut or err_cut or result.stdout_truncated or result.stderr_truncated}
-        if result.verdict is ResourceVerdict.OK:
+        if result.verdict is ResourceVerdict.OK and completed:
             session.history.append(args.code)
             reply["success"] = result.exit_code == 0
             return reply
@@ -132,7 +135,10 @@ class MathPythonEnv(Environment):
                    ResourceVerdict.CPU_LIMIT: "used its CPU-time limit",
                    ResourceVerdict.MEMORY_LIMIT: f"ran out of memory ({cfg.memory_mb} MiB)",
                    ResourceVerdict.OUTPUT_LIMIT: f"printed more than {cfg.max_output_bytes} bytes"}
-        reason = reasons.get(result.verdict, f"was killed ({result.verdict.value})")
+        if result.verdict is ResourceVerdict.OK:
+            reason = f"ended the Python process itself (exit status {result.exit_code})"
+        else:
+            reason = reasons.get(result.verdict, f"was killed ({result.verdict.value})")
         reply.update(success=False, timed_out=result.verdict in (ResourceVerdict.TIMEOUT, ResourceVerdict.CPU_LIMIT),
                      error=f"Execution {reason}. The kernel was restarted: variables from your earlier "
                            f"successful cells are kept, this cell's effects are gone.")

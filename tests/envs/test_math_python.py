@@ -89,3 +89,22 @@ async def test_expected_code_contains(client):
     assert ok["reward"] == 1.0 and ok["code_requirement_met"] is True
     miss = await c.verify("math_python", row, response_from_text("\\boxed{1025}"))
     assert miss["reward"] == 0.0 and miss["code_requirement_met"] is False
+
+
+@pytest.mark.parametrize("poison", ["import os; os._exit(0)", "import os; os._exit(1)",
+                                    "import atexit, os; atexit.register(os._exit, 5)"])
+async def test_a_cell_that_ends_the_process_does_not_poison_later_cells(client, poison):
+    # The kernel replays earlier cells before each new one. A cell that left via os._exit used
+    # to be kept in that history, so every later call died in the replay before its own cell
+    # ran: os._exit(0) made every later cell "succeed" with no output.
+    c, _ = client
+    session = await c.seed_session("math_python", ROW)
+    await c.call_tool(session, "execute_python", {"code": "a = 1"})
+    _, out = await c.call_tool(session, "execute_python", {"code": poison})
+    if "atexit" not in poison:
+        assert out["success"] is False and "ended the Python process" in out["error"]
+    _, out = await c.call_tool(session, "execute_python", {"code": "b = a + 6"})
+    assert out["success"] is True, out
+    _, out = await c.call_tool(session, "execute_python", {"code": "print(b)"})
+    assert out == {"stdout": "7\n", "stderr": "", "truncated": False, "success": True}
+    await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
