@@ -8,10 +8,12 @@ exit status 0 = reward 1.
 
 from __future__ import annotations
 
+import posixpath
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
 from sandboxes.base import Sandbox, SandboxBackend
@@ -25,6 +27,15 @@ class TerminalRow(RowModel):
     check_command: str = Field(..., min_length=1, description="Shell command run at verify; exit 0 = solved.")
     check_files: dict[str, str] = Field(default_factory=dict, description="Files written just before the check (hidden from the model).")
     task_id: str = Field("", description="Identifier (diagnostics only).")
+
+    @field_validator("setup_files", "check_files")
+    @classmethod
+    def _workspace_relative(cls, files: dict[str, str]) -> dict[str, str]:
+        for path in files:
+            parts = path.split("/")
+            if not path or path.startswith("/") or "\0" in path or ".." in parts or posixpath.normpath(path) in (".", ""):
+                raise ValueError(f"file path {path!r} must be relative to the workspace, without '..'")
+        return files
 
 
 class TerminalConfig(EnvConfig):
@@ -41,7 +52,9 @@ class TerminalConfig(EnvConfig):
 
 
 class ExecArgs(BaseModel):
-    command: str = Field(..., min_length=1, description="A shell command (run by /bin/sh -c in /workspace).")
+    # 32 Ki characters stays under Linux's 128 KiB limit on one exec argument in any encoding.
+    command: str = Field(..., min_length=1, max_length=32768, pattern=r"^[^\x00]*$",
+                         description="A shell command (run by /bin/sh -c in /workspace).")
     timeout_s: float | None = Field(None, gt=0, description="Wall-clock limit; default from config.")
 
 
@@ -49,6 +62,29 @@ class ExecArgs(BaseModel):
 class Session:
     sandbox: Sandbox
     commands: int = 0
+
+
+def clear_paths_script(paths: list[str]) -> str:
+    """Shell that makes room for the check files whatever the model left at their paths.
+
+    The model owns the workspace: it may have put a directory, a symlink (pointing anywhere)
+    or a file where a check file or one of its parent directories goes, or taken the write
+    bit away. Uploading over that fails, and a failure there must not turn the rollout into
+    a masked infrastructure error (a way to dodge a zero), so those entries are removed first.
+    """
+    lines = ["chmod u+rwx . 2>/dev/null"]
+    for path in paths:
+        prefix = ""
+        for part in posixpath.dirname(posixpath.normpath(path)).split("/"):
+            if not part or part == ".":
+                continue
+            prefix = posixpath.join(prefix, part)
+            q = shlex.quote(prefix)
+            lines.append(f"if [ -L {q} ] || {{ [ -e {q} ] && [ ! -d {q} ]; }}; then rm -f {q}; fi; "
+                         f"[ -d {q} ] && chmod u+rwx {q}")
+        q = shlex.quote(posixpath.normpath(path))
+        lines.append(f"if [ -L {q} ] || [ -d {q} ]; then chmod -R u+rwx {q} 2>/dev/null; rm -rf {q}; fi")
+    return "\n".join(lines) + "\ntrue\n"
 
 
 def _tail(data: bytes, limit: int) -> tuple[str, bool]:
@@ -142,11 +178,14 @@ class TerminalEnv(Environment):
             return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc))
         try:
             if row.check_files:
+                if session is not None:
+                    await sandbox.exec(clear_paths_script(list(row.check_files)), timeout=cfg.check_timeout_s,
+                                       limits=self._limits(cfg.check_timeout_s))
                 await sandbox.upload(dict(row.check_files))
             result = await sandbox.exec(row.check_command, timeout=cfg.check_timeout_s,
                                         limits=self._limits(cfg.check_timeout_s))
-        except SandboxError as exc:
-            return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc))
+        except (SandboxError, OSError) as exc:
+            return Verdict.failure(FailureClass.SANDBOX_ERROR, f"{type(exc).__name__}: {exc}")
         finally:
             if session is None:
                 await sandbox.destroy()

@@ -80,3 +80,41 @@ async def test_sandbox_is_destroyed_on_verify(client):
     assert live
     await c.verify("terminal", TASK, DONE, session=session)
     assert not (live & env.backend._live)
+
+
+@pytest.mark.parametrize("planted", ["mkdir check.sh", "mkdir -p check.sh/x && chmod 0 check.sh",
+                                     "ln -s /etc/passwd check.sh", "ln -s /nonexistent check.sh"])
+async def test_what_the_model_leaves_at_a_check_path_cannot_mask_the_rollout(client, planted):
+    # A directory or symlink at check.sh used to make the upload raise (IsADirectoryError,
+    # ELOOP): the reply became a masked verifier_error, a way for the model to dodge a zero.
+    c, _ = client
+    session = await c.seed_session("terminal", TASK)
+    await c.call_tool(session, "exec", {"command": planted})
+    reply = await c.verify("terminal", TASK, DONE, session=session)
+    assert reply["reward"] == 0.0 and "_ng_failure_class" not in reply, reply
+    session = await c.seed_session("terminal", TASK)
+    await c.call_tool(session, "exec", {"command": f"echo 12 > total.txt && {planted}"})
+    reply = await c.verify("terminal", TASK, DONE, session=session)
+    assert reply["reward"] == 1.0, reply  # solved is still solved
+
+
+@pytest.mark.parametrize("files", [{"setup_files": {"../x": "a"}}, {"check_files": {"/etc/x": "a"}},
+                                   {"check_files": {"a/../../x": "a"}}, {"setup_files": {"": "a"}}])
+async def test_file_paths_outside_the_workspace_are_a_bad_row(client, files):
+    c, _ = client
+    row = {**TASK, **files}
+    with pytest.raises(EnvClientError) as err:
+        await c.seed_session("terminal", row)
+    assert err.value.status == 422  # was a 500 with sandbox_error
+    with pytest.raises(EnvClientError) as err:
+        await c.verify("terminal", row, DONE)
+    assert err.value.status == 422
+
+
+async def test_commands_the_shell_cannot_take_are_rejected_as_arguments(client):
+    c, _ = client
+    session = await c.seed_session("terminal", TASK)
+    for command in ("echo a\x00b", "x" * 200_000):  # NUL: ValueError; 200 KB: E2BIG blamed on the sandbox
+        status, out = await c.call_tool(session, "exec", {"command": command})
+        assert status == 422 and "command" in str(out["detail"]), out
+    await c.verify("terminal", TASK, DONE, session=session)
