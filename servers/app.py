@@ -65,9 +65,10 @@ class EnvServer:
 
     async def dispatch(self, request: web.Request) -> web.Response:
         path = request.path
-        match = _ROLLOUT_PREFIX.match(path)
-        if match:
-            path = match.group(1) or "/"
+        if path.startswith("/ng-rollout/"):  # the regex only for prefixed paths (rare; hot path stays cheap)
+            match = _ROLLOUT_PREFIX.match(path)
+            if match:
+                path = match.group(1) or "/"
         path = path.rstrip("/") or "/"
         route = path if path in self._get or path in ("/verify", "/seed_session", "/aggregate_metrics") else "tool"
         try:

@@ -111,7 +111,8 @@ class EnvService:
             return error(422, "'response' is not a valid Responses-API object", validation_detail(exc, "response"))
 
         cfg = self.env.config
-        if self._slots.locked() and self.metrics.queued >= cfg.max_queued:
+        # The cheap counter first: Semaphore.locked() scans its waiters on every request.
+        if self.metrics.queued >= cfg.max_queued and self._slots.locked():
             self.metrics.rejected_overload += 1
             return error(503, "server overloaded: too many verifications queued; retry later",
                          {"retry_after_s": 1, "max_queued": cfg.max_queued})

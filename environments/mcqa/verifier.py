@@ -6,6 +6,7 @@ second per process, and a pool round trip would cost more than the scoring.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -51,11 +52,13 @@ class McqaRow(RowModel):
             raise ValueError(f"expected_answer {gold!r} is not one of the option letters {''.join(sorted(letters))}")
         return self
 
-    @property
+    # cached_property: the row validator and verify() both read these, and a profile of the
+    # server showed them recomputed on every access (a row is never mutated after validation).
+    @functools.cached_property
     def letters(self) -> frozenset[str]:
         return frozenset(next(iter(entry)).upper() for entry in self.options)
 
-    @property
+    @functools.cached_property
     def normalized_options(self) -> tuple[tuple[str, str], ...]:
         return tuple((k.upper(), normalize(v)) for entry in self.options for k, v in entry.items())
 
@@ -76,7 +79,7 @@ class McqaEnvironment(Environment):
     async def verify(self, row: McqaRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: McqaConfig = self.config  # type: ignore[assignment]
         text = response.output_text
-        allowed, options = row.letters, row.normalized_options
+        allowed = row.letters
         gold = row.expected_answer.strip().upper()
         extras: dict[str, Any] = {"expected_answer": gold}
         pred: str | None = None
@@ -91,6 +94,8 @@ class McqaEnvironment(Environment):
                 pred = by_output_regex(text, compiled, allowed)
                 method = "output_regex"
         if method != "output_regex":
+            # Only the lenient modes match option texts: strict rows skip normalising them.
+            options = () if method == "strict_single_letter_boxed" else row.normalized_options
             pred = extract_letter(text, method, allowed, options)
         extras.update(extracted_answer=pred, grading_method=method)
         return Verdict(1.0 if pred == gold else 0.0, extras=extras)
