@@ -156,6 +156,13 @@ def examples() -> str:
 def scaffold(name: str, root: Path, *, domain: str = "knowledge") -> Path:
     """Write ``root/name/`` and return it. Refuses invalid names and existing folders."""
     check_name(name)
+    from servers import registry
+
+    known = registry.discover()
+    if name in known:
+        # Discovery keeps the first folder of a name (environments/ before --env-path), so a
+        # second one would be silently shadowed: `envs check NAME` would test the other one.
+        raise ScaffoldError(f"an environment named {name!r} already exists ({known[name].folder}); pick another name")
     folder = root / name
     if folder.exists():
         raise ScaffoldError(f"{folder} already exists; pick another name or remove it")

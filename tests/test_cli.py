@@ -83,6 +83,10 @@ def test_new_refuses_bad_names_and_existing_folders(tmp_path, capsys):
     assert main(["new", "fine_name", "--dir", str(tmp_path)]) == 0
     assert main(["new", "fine_name", "--dir", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err
+    # A name that is already registered would be shadowed by the packaged one: refused.
+    assert main(["new", "math", "--dir", str(tmp_path)]) == 2
+    assert "an environment named 'math' already exists" in capsys.readouterr().err
+    assert not (tmp_path / "math").exists()
 
 
 def test_unknown_environment_is_exit_2_with_known_names(capsys):
