@@ -8,6 +8,8 @@ rewards 1 when the model's final workplace state equals the reference state.
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +19,10 @@ from environments.workplace_assistant.state import TOOLS, Workplace, call_valida
 from environments.workplace_assistant.toolkit import WorkplaceTool
 from servers.environment import EnvConfig, Environment, ToolError, Verdict, tool
 from servers.wire import FailureClass, ResponseObject, RowModel
+
+
+# Reference states kept per process (~270 KB of SQLite pages each: at most ~17 MB).
+EXPECTED_STATES_CACHED = 64
 
 
 class GroundTruthCall(BaseModel):
@@ -66,6 +72,10 @@ class WorkplaceAssistant(Environment):
         locals()[_spec.name] = _route(_spec)
     del _spec
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._expected_states: OrderedDict[tuple[Any, ...], Workplace] = OrderedDict()
+
     async def setup(self) -> None:
         seed_database(self.config.seed)  # build once now, so the first session is as fast as the rest
 
@@ -76,6 +86,38 @@ class WorkplaceAssistant(Environment):
         if state is not None:
             state.close()
 
+    def _expected_state(self, row: WorkplaceRow) -> Workplace | Verdict:
+        """The seed workplace after the row's ground_truth calls (a failure Verdict if one fails).
+
+        Kept in a small LRU keyed by (seed, ground_truth): GRPO verifies every prompt's row once
+        per generation (8-16 times), and the replay (a fresh copy + the calls) was ~40% of a
+        verify's CPU in a profile. The cached database is only ever read (diff_states runs
+        SELECTs) and verify() does not await while it holds one, so eviction cannot race a reader.
+        """
+        key = (self.config.seed, tuple((call.name, call.arguments if isinstance(call.arguments, str)
+                                        else json.dumps(call.arguments, sort_keys=True)) for call in row.ground_truth))
+        cache = self._expected_states
+        expected = cache.get(key)
+        if expected is not None:
+            cache.move_to_end(key)
+            return expected
+        expected = Workplace(fresh_copy(self.config.seed))
+        for index, call in enumerate(row.ground_truth):
+            try:
+                run_call(expected, call.name, call.arguments)
+            except ToolError as exc:
+                expected.close()
+                return Verdict.failure(FailureClass.VERIFIER_ERROR,
+                                       f"ground_truth[{index}] ({call.name}) fails on the seed workplace: {exc}")
+        cache[key] = expected
+        if len(cache) > EXPECTED_STATES_CACHED:
+            cache.popitem(last=False)[1].close()
+        return expected
+
+    async def close(self) -> None:
+        while self._expected_states:
+            self._expected_states.popitem()[1].close()
+
     async def verify(self, row: WorkplaceRow, response: ResponseObject, session: Workplace | None) -> Verdict:
         source = self.config.state_source
         if source == "auto":
@@ -83,15 +125,11 @@ class WorkplaceAssistant(Environment):
         if source == "session" and session is None:
             return Verdict.failure(FailureClass.VERIFIER_ERROR, "state_source is 'session' but /verify came "
                                    "without a session: call /seed_session and send its cookie")
-        expected = Workplace(fresh_copy(self.config.seed))
+        expected = self._expected_state(row)
+        if isinstance(expected, Verdict):
+            return expected
         replayed: Workplace | None = None
         try:
-            for index, call in enumerate(row.ground_truth):
-                try:
-                    run_call(expected, call.name, call.arguments)
-                except ToolError as exc:
-                    return Verdict.failure(FailureClass.VERIFIER_ERROR,
-                                           f"ground_truth[{index}] ({call.name}) fails on the seed workplace: {exc}")
             if source == "session":
                 actual = session
             else:
@@ -103,7 +141,6 @@ class WorkplaceAssistant(Environment):
                         pass  # a failed call leaves the state as it was, exactly as it did for the model
             diff = diff_states(actual, expected, largest_seed_ids(self.config.seed), self.config.max_diff_lines)
         finally:
-            expected.close()
             if replayed is not None:
                 replayed.close()
         return Verdict(reward=0.0 if diff else 1.0,
