@@ -12,6 +12,12 @@ Contract
   *infrastructure* fails (backend missing, container died), which callers map to the
   ``sandbox_error`` failure class.
 * ``upload(files)``, ``download(path)``, ``reset()``, ``destroy()``.
+* ``await sandbox.exec_python(path=... | code=..., ...) -> ExecResult`` — run Python with the
+  sandbox's interpreter; a backend may serve it from a pre-forked interpreter (the process
+  backend's zygote: no interpreter start-up per run). Same verdicts as ``exec``.
+* ``await sandbox.start_process(argv, limits=...) -> SandboxProcess`` — a long-lived process
+  (notebook kernel, shell) talked to over stdin/stdout; killed by ``reset()``/``destroy()``.
+  Backends without it raise :class:`SandboxError` and set ``supports_processes = False``.
 """
 
 from __future__ import annotations
@@ -79,14 +85,83 @@ class ExecResult:
         return getattr(self, stream).decode("utf-8", errors="replace")
 
 
+@dataclass
+class ReadResult:
+    """What :meth:`SandboxProcess.read_until` got. ``reason``: ``marker`` (found; ``data``
+    ends with it), ``timeout``, ``eof`` (the process closed the stream / exited) or
+    ``max_bytes`` (that much arrived without the marker; ``data`` holds it)."""
+
+    data: bytes
+    reason: str
+
+    @property
+    def found(self) -> bool:
+        return self.reason == "marker"
+
+
+class SandboxProcess(abc.ABC):
+    """A long-lived process inside a sandbox (see :meth:`Sandbox.start_process`).
+
+    Its limits hold for its whole life (CPU seconds are cumulative); per-request deadlines
+    are the ``timeout`` of :meth:`read_until`, after which the caller decides (usually
+    :meth:`kill` and start a new one). Output is buffered up to a cap per stream; past it
+    the process is blocked on write until the caller reads, never buffered without bound.
+    """
+
+    @abc.abstractmethod
+    async def write_stdin(self, data: bytes) -> None:
+        """Send bytes to the process's stdin; SandboxError if it has exited."""
+
+    @abc.abstractmethod
+    async def read_until(self, marker: bytes, *, timeout: float, max_bytes: int = 1 << 20,
+                         stream: str = "stdout") -> ReadResult:
+        """Consume ``stream`` up to and including ``marker``."""
+
+    @abc.abstractmethod
+    def take(self, stream: str = "stderr") -> bytes:
+        """Return and drop whatever is buffered on ``stream`` right now."""
+
+    @property
+    @abc.abstractmethod
+    def returncode(self) -> int | None:
+        """None while running; the exit status once it has ended (128+N: signal N)."""
+
+    @abc.abstractmethod
+    async def kill(self) -> None:
+        """Kill the process and everything it started. Idempotent."""
+
+    @abc.abstractmethod
+    async def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the process to end by itself: its ``returncode``, or None on timeout."""
+
+
 class Sandbox(abc.ABC):
     """A live isolated workspace. Use as ``async with``: destroyed on exit."""
+
+    supports_processes: bool = False  # start_process available (False: it raises SandboxError)
 
     @abc.abstractmethod
     async def exec(self, cmd: Sequence[str] | str, *, stdin: bytes | str | None = None,
                    timeout: float | None = None, limits: Limits | None = None,
                    env: Mapping[str, str] | None = None) -> ExecResult:
         """Run ``cmd`` (argv list, or a string run by ``/bin/sh -c``) in the workspace."""
+
+    async def exec_python(self, *, path: str | None = None, code: str | None = None,
+                          args: Sequence[str] = (), stdin: bytes | str | None = None,
+                          timeout: float | None = None, limits: Limits | None = None,
+                          env: Mapping[str, str] | None = None) -> ExecResult:
+        """Run a workspace script (``path``) or source text (``code``) with the sandbox's
+        Python in isolated mode (``-I``). This default is a plain ``exec``; backends may
+        override it with something faster that gives the same result."""
+        if (path is None) == (code is None):
+            raise ValueError("give exactly one of path= or code=")
+        argv = ["python3", "-I", *((path,) if path is not None else ("-c", code)), *args]
+        return await self.exec(argv, stdin=stdin, timeout=timeout, limits=limits, env=env)
+
+    async def start_process(self, argv: Sequence[str], *, limits: Limits | None = None,
+                            env: Mapping[str, str] | None = None) -> SandboxProcess:
+        """Start a long-lived process in the workspace (see :class:`SandboxProcess`)."""
+        raise SandboxError(f"{type(self).__name__} cannot run long-lived processes")
 
     @abc.abstractmethod
     async def upload(self, files: Mapping[str, bytes | str]) -> None:

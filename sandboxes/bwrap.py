@@ -114,7 +114,9 @@ class BwrapLayout:
     extra_ro_binds: tuple[str, ...] = ()
 
     def argv(self, cmd: Sequence[str], limits: Limits, env: Mapping[str, str],
-             status_fd: int | None = None) -> list[str]:
+             status_fd: int | None = None, init_wrapper: bool = True) -> list[str]:
+        """``init_wrapper=False`` makes ``cmd`` itself the namespace's pid 1 (the zygote,
+        which reaps and kills what its children leave); default: a waiting ``/bin/sh``."""
         privileged = self.uid is not None
         ns = (["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
               if privileged else ["--unshare-all"])
@@ -142,6 +144,8 @@ class BwrapLayout:
         # pid 1 is a shell that waits for the program: it reaps it (CPU time reaches bwrap),
         # reports death-by-signal N as 128+N, and the kernel protects it from the program's
         # own `kill -9 1` / `kill -9 -1`. When it exits, everything left in the PID namespace dies.
+        if not init_wrapper:
+            return args + limits_argv(limits, self.uid) + list(cmd)
         return args + limits_argv(limits, self.uid) + ["/bin/sh", "-c", '"$@"; exit $?', "sh", *cmd]
 
 

@@ -16,25 +16,28 @@ import signal
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from . import hostfs
 from .base import ExecResult, Limits, Sandbox, SandboxBackend, SandboxError, SandboxSpec
 from .bwrap import BwrapLayout, PythonInstall, sandbox_env, write_etc
+from .longlived import BwrapProcess
 from .runner import StatusPipe, run_launcher
 from .verdicts import classify
+from .zygote import Zygote
 
 DEFAULT_UID_BASE = 300_000   # an otherwise unused uid range (above typical subuid ranges)
 DEFAULT_UID_COUNT = 4096
 
 
-def kill_uid(uid: int) -> int:
-    """SIGKILL every host process running as ``uid``; repeat until none is left (forks race)."""
+def kill_uid(uid: int, spare: Collection[int] = ()) -> int:
+    """SIGKILL every host process running as ``uid`` (but the pids in ``spare``); repeat
+    until none is left (forks race)."""
     killed = 0
     for _ in range(20):
         found = 0
         for name in os.listdir("/proc"):
-            if not name.isdigit():
+            if not name.isdigit() or int(name) in spare:
                 continue
             try:
                 if os.stat(f"/proc/{name}").st_uid != uid:
@@ -50,6 +53,8 @@ def kill_uid(uid: int) -> int:
 
 
 class ProcessSandbox(Sandbox):
+    supports_processes = True
+
     def __init__(self, backend: "ProcessBackend", spec: SandboxSpec, layout: BwrapLayout,
                  state_dir: Path, lease: hostfs.UidLease | None, tmpfs: bool) -> None:
         self.spec = spec
@@ -60,6 +65,8 @@ class ProcessSandbox(Sandbox):
         self._tmpfs = tmpfs
         self._lock = asyncio.Lock()  # one exec/upload/download/reset at a time per sandbox
         self._destroyed = False
+        self._processes: set[BwrapProcess] = set()  # start_process(); killed by reset/destroy
+        self._zygote: Zygote | None = None           # started by the first exec_python
 
     @property
     def uid(self) -> int | None:
@@ -94,6 +101,59 @@ class ProcessSandbox(Sandbox):
                                      on_kill=(lambda: kill_uid(uid)) if uid is not None else None)
         return classify(raw, lim)
 
+    async def exec_python(self, *, path: str | None = None, code: str | None = None,
+                          args: Sequence[str] = (), stdin: bytes | str | None = None,
+                          timeout: float | None = None, limits: Limits | None = None,
+                          env: Mapping[str, str] | None = None) -> ExecResult:
+        """Like ``exec([python, "-I", path | "-c" code, *args])``, served by the sandbox's
+        Python zygote (a fork per run, no interpreter start-up) unless the backend was
+        opened with ``python_zygote=False``. Differences from a fresh interpreter: ``.pth``
+        files of site-packages are not executed (site-packages are on ``sys.path``)."""
+        if (path is None) == (code is None):
+            raise ValueError("give exactly one of path= or code=")
+        if not self._backend.python_zygote:
+            argv = [self.layout.python.executable, "-I", *((path,) if path is not None else ("-c", code)), *args]
+            return await self.exec(argv, stdin=stdin, timeout=timeout, limits=limits, env=env)
+        self._check_alive()
+        lim = limits or self.spec.limits
+        deadline = timeout if timeout is not None else lim.wall_s
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        job = {"path": path, "code": code, "args": list(args), "cwd": self.layout.workdir,
+               "env": sandbox_env(self.layout.python, self.layout.workdir, {**self.spec.env, **(env or {})})}
+        async with self._lock:
+            zygote = await self._running_zygote()
+            return await zygote.run(job, stdin=data, timeout=deadline, limits=lim)
+
+    async def _running_zygote(self) -> Zygote:
+        if self._zygote is not None and not self._zygote.alive:
+            await self._zygote.stop()
+            self._zygote = None
+        if self._zygote is None:
+            env = sandbox_env(self.layout.python, self.layout.workdir, self.spec.env)
+            self._zygote = await Zygote.start(self.layout, self.layout.python.executable, env,
+                                              self._state_dir / "zygote.log")
+        return self._zygote
+
+    async def start_process(self, argv: Sequence[str], *, limits: Limits | None = None,
+                            env: Mapping[str, str] | None = None) -> BwrapProcess:
+        """A long-lived process in its own bwrap (same isolation as ``exec``) over this
+        workspace; it lives until it exits, ``kill()``, ``reset()`` or ``destroy()``."""
+        self._check_alive()
+        argv = list(argv)
+        if not argv:
+            raise ValueError("empty command")
+        lim = limits or self.spec.limits
+        full_env = sandbox_env(self.layout.python, self.layout.workdir, {**self.spec.env, **(env or {})})
+        status = StatusPipe()
+        proc = BwrapProcess(self.layout.argv(argv, lim, full_env, status_fd=status.write_fd),
+                            status=status, buffer_cap=lim.max_output_bytes)
+        self._processes.add(proc)
+        return proc
+
+    async def _stop_processes(self) -> None:
+        procs, self._processes = list(self._processes), set()
+        await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
+
     async def upload(self, files: Mapping[str, bytes | str]) -> None:
         self._check_alive()
         async with self._lock:
@@ -111,14 +171,29 @@ class ProcessSandbox(Sandbox):
     async def reset(self) -> None:
         self._check_alive()
         async with self._lock:
-            await asyncio.to_thread(self._wipe)
+            await self._stop_processes()
+            zygote = self._zygote
+            if zygote is not None and (not zygote.alive or await asyncio.to_thread(zygote.tampered)):
+                await zygote.stop()  # a run changed its scheduling (nice, affinity): start afresh
+                zygote = self._zygote = None
+            spare = {zygote.host_pid} if zygote is not None and zygote.host_pid else set()
+            await asyncio.to_thread(self._wipe, spare)
             if self.spec.files:
                 await asyncio.to_thread(hostfs.write_files, self.host_workdir, self.spec.files,
                                         self.uid, self.layout.workdir)
 
-    def _wipe(self) -> None:
+    def _wipe(self, spare: Collection[int] = ()) -> None:
         if self.uid is not None:
-            kill_uid(self.uid)  # belt and braces: the PID namespace already killed them
+            kill_uid(self.uid, spare)  # belt and braces: the PID namespace already killed them
+        if spare:
+            # The zygote's namespace has the workspace bind-mounted: a new tmpfs would not
+            # reach it, so empty the directory instead (no process of the uid but the
+            # zygote is left, and the zygote itself never writes there).
+            hostfs.wipe_dir(self.host_workdir)
+            os.chmod(self.host_workdir, 0o700)
+            if self.uid is not None:
+                os.chown(self.host_workdir, self.uid, self.uid)
+            return
         if self._tmpfs:
             hostfs.umount(self.host_workdir)
             self._tmpfs = hostfs.mount_tmpfs(self.host_workdir, self._backend.workdir_size_mb,
@@ -130,7 +205,12 @@ class ProcessSandbox(Sandbox):
         if self._destroyed:
             return
         self._destroyed = True
+        await self._stop_processes()  # not under the lock: a running exec_python may hold it
         async with self._lock:
+            if self._zygote is not None:
+                await self._zygote.stop()
+                self._zygote = None
+            await self._stop_processes()
             await asyncio.to_thread(self._teardown)
 
     def _teardown(self) -> None:
@@ -156,7 +236,7 @@ class ProcessBackend(SandboxBackend):
     def __init__(self, *, python: str | None = None, root_dir: str | None = None,
                  workdir_size_mb: int = 512, uid_base: int = DEFAULT_UID_BASE,
                  uid_count: int = DEFAULT_UID_COUNT, bwrap: str = "bwrap",
-                 extra_ro_binds: Sequence[str] = ()) -> None:
+                 extra_ro_binds: Sequence[str] = (), python_zygote: bool = True) -> None:
         self.bwrap = shutil.which(bwrap) or bwrap
         self.privileged = hostfs.is_root()
         default_root = ("/run/verigym-sandboxes" if self.privileged
@@ -165,6 +245,7 @@ class ProcessBackend(SandboxBackend):
         self.workdir_size_mb = workdir_size_mb
         self.uid_base, self.uid_count = uid_base, uid_count
         self.extra_ro_binds = tuple(extra_ro_binds)
+        self.python_zygote = python_zygote
         self._python_path = python
         self._python: PythonInstall | None = None if python else PythonInstall.current()
         self._live: set[ProcessSandbox] = set()
