@@ -1,22 +1,24 @@
-"""Notebook-style cell runner, executed INSIDE the session sandbox (stdlib only, run with ``-c``).
+"""Notebook kernel, executed INSIDE the session sandbox (stdlib only, run with ``-c``).
 
-stdin: JSON ``{"history": [cell, ...], "cell": str, "marker": str}``.
+Two modes, chosen by the server (see the README, "How state persists"):
 
-The sandbox backends give no process that outlives one exec (the process backend's PID
-namespace dies with it), so state persists by *replay*: every earlier cell of the session
-is re-run first with its output discarded and its exceptions swallowed (a failed notebook
-cell also keeps whatever it assigned before raising), then the new cell runs with its
-output going to the real stdout/stderr. Like a notebook, a final bare expression is
-echoed with ``repr``.
+``--repl`` (persistent kernel, the default where the backend has long-lived processes):
+  the process lives for the whole session. Its stdin carries one JSON request per line:
+  ``{"cell": str, "marker": str}`` runs a cell with output going to the real stdout/stderr
+  (a final bare expression is echoed with ``repr``, like a notebook); ``{"replay": [cell,
+  ...], "marker": str}`` re-runs earlier cells silently (after a restart). When a request
+  is done the kernel writes ``marker + status + "\n"`` to fd 1 and ``marker`` to fd 2
+  (status 0 = ran, 1 = raised: traceback on stderr). Cells get an empty stdin (the request
+  channel is a private fd), so ``input()`` cannot eat the next request. At start it writes
+  ``READY`` to fd 1. A cell that ends the process (``os._exit``, a signal) ends the kernel:
+  the server sees EOF instead of the marker and restarts it.
 
-Exit status: 0 = the cell ran, 1 = it raised (traceback on stderr). The server only
-relays this to the model; no reward depends on it.
-
-Completion marker: after the new cell, the kernel writes the job's ``marker`` (random per
-call) to fd 2 and leaves with ``os._exit`` (no atexit hooks of the cell). A cell that ends the
-process itself (``os._exit``, a signal to itself) never gets there, so the server can tell
-"ran" from "took the kernel down" and keeps only cells that ran in the replay history; one
-``os._exit(0)`` would otherwise silently end every later call of the session before its cell.
+replay (one exec per call): stdin is JSON ``{"history": [cell, ...], "cell": str, "marker":
+  str}``; every earlier cell is re-run first with output discarded and exceptions
+  swallowed, then the new cell runs. After the new cell the kernel writes ``marker`` to fd
+  2 and leaves with ``os._exit`` (no atexit hooks of the cell), so the server can tell
+  "ran" from "took the process down" and keeps only cells that ran in the history.
+  Exit status: 0 = the cell ran, 1 = it raised (traceback on stderr).
 """
 
 import ast
@@ -44,20 +46,26 @@ def _run(source, scope, echo):
             print(repr(value))
 
 
-def main():
-    job = json.loads(sys.stdin.buffer.read())
-    scope = {"__name__": "__main__", "__builtins__": __builtins__}
+READY = "[verigym kernel ready]\n"
+
+
+def _replay(cells, scope):
     real_out, real_err = sys.stdout, sys.stderr
-    for cell in job["history"]:
+    for cell in cells:
         sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
         try:
             _run(cell, scope, echo=False)
         except BaseException:  # noqa: BLE001 - a notebook keeps going after a failed cell
             pass
     sys.stdout, sys.stderr = real_out, real_err
+
+
+def _run_visible(cell, scope, real_out, real_err):
+    """Run one cell with its output on the real streams; 0 = ran, 1 = raised."""
+    sys.stdout, sys.stderr = real_out, real_err
     status = 0
     try:
-        _run(job["cell"], scope, echo=True)
+        _run(cell, scope, echo=True)
     except SystemExit as exc:
         print("SystemExit: %r (the kernel keeps running)" % (exc.code,), file=real_err)
     except BaseException:  # noqa: BLE001 - the model sees its own traceback
@@ -67,13 +75,46 @@ def main():
             tb = tb.tb_next
         traceback.print_exception(exc_type, exc, tb, file=real_err)
         status = 1
+    sys.stdout, sys.stderr = real_out, real_err  # a cell may have replaced them
     for stream in (real_out, real_err):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001 - a cell may have closed it; the marker then goes missing
             pass
+    return status
+
+
+def main_replay():
+    job = json.loads(sys.stdin.buffer.read())
+    scope = {"__name__": "__main__", "__builtins__": __builtins__}
+    real_out, real_err = sys.stdout, sys.stderr
+    _replay(job["history"], scope)
+    status = _run_visible(job["cell"], scope, real_out, real_err)
     os.write(2, job["marker"].encode())
     os._exit(status)
 
 
-main()
+def main_repl():
+    requests = os.fdopen(os.dup(0), "rb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    scope = {"__name__": "__main__", "__builtins__": __builtins__}
+    real_out, real_err = sys.stdout, sys.stderr
+    os.write(1, READY.encode())
+    for line in requests:
+        job = json.loads(line)
+        if "replay" in job:
+            _replay(job["replay"], scope)
+            status = 0
+        else:
+            status = _run_visible(job["cell"], scope, real_out, real_err)
+        os.write(1, ("%s%d\n" % (job["marker"], status)).encode())
+        os.write(2, job["marker"].encode())
+    os._exit(0)
+
+
+if "--repl" in sys.argv[1:]:
+    main_repl()
+else:
+    main_replay()

@@ -8,6 +8,7 @@ persists); ``/verify`` scores the final answer exactly like the ``math`` environ
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import sys
@@ -20,12 +21,14 @@ from pydantic import BaseModel, Field, field_validator
 from environments.math.extract import extract_answer
 from environments.math.scoring import fast_equivalence, library_score
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
-from sandboxes.base import Sandbox, SandboxBackend
+from sandboxes.base import Sandbox, SandboxBackend, SandboxProcess
 from servers.cpu_pool import CpuTimeout
 from servers.environment import EnvConfig, Environment, ToolError, Verdict, tool
 from servers.wire import FailureClass, ResponseObject, RowModel
 
 KERNEL_SOURCE = Path(__file__).with_name("kernel.py").read_text()
+KERNEL_READY = b"[verigym kernel ready]\n"  # must match kernel.py READY
+_MARKER_GRACE_S = 5.0  # after the stdout marker, how long the stderr marker may lag
 
 
 class MathPythonRow(RowModel):
@@ -42,12 +45,15 @@ class MathPythonConfig(EnvConfig):
     sandbox_backend: str = Field("process", description="sandboxes.open_backend name.")
     sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options.")
     python: str | None = Field(None, description="Interpreter inside the sandbox; null = the server's own.")
-    call_timeout_s: float = Field(20.0, gt=0, description="Wall-clock limit of one tool call (replay + new cell).")
+    call_timeout_s: float = Field(20.0, gt=0, description="Wall-clock limit of one tool call (replay mode: replay + new cell).")
     memory_mb: int = Field(2048, ge=128, description="Address-space limit of a call (numpy/scipy/pandas need room).")
     max_processes: int = Field(32, ge=4, description="Processes a cell may run at once.")
     max_output_bytes: int = Field(1 << 20, ge=1024, description="Output captured per stream; past it the cell is killed.")
     max_output_chars: int = Field(8000, ge=100, description="Characters of stdout/stderr returned to the model.")
     max_cells: int = Field(64, ge=1, description="Cells per session; later calls get an error.")
+    persistent_kernel: bool = Field(True, description="One long-lived kernel per session where the backend "
+                                    "supports it (process backend); false = replay the session's cells every call.")
+    kernel_start_timeout_s: float = Field(60.0, gt=0, description="Limit for starting a session's kernel.")
     extraction: list[str] = Field(default_factory=lambda: ["boxed", "answer_line", "last_number"],
                                   description="Answer extraction rules (as in the math environment).")
 
@@ -59,8 +65,21 @@ class CodeArgs(BaseModel):
 @dataclass
 class Session:
     sandbox: Sandbox
-    history: list[str] = field(default_factory=list)  # cells replayed before each new one
+    history: list[str] = field(default_factory=list)  # cells that ran (replayed after a kernel restart)
     executed: list[str] = field(default_factory=list)  # every cell the model sent (for expected_code_contains)
+    kernel: SandboxProcess | None = None               # the persistent kernel, started by the first cell
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one cell at a time per session
+
+
+@dataclass
+class CellRun:
+    """One request to the persistent kernel. ``ended``: ``ok`` (marker seen), ``timeout``,
+    ``eof`` (the kernel process ended) or ``max_bytes`` (output over the cap)."""
+
+    ended: str
+    stdout: bytes
+    stderr: bytes
+    status: int | None = None
 
 
 def _clip(text: str, limit: int) -> tuple[str, bool]:
@@ -100,19 +119,128 @@ class MathPythonEnv(Environment):
         return Limits(wall_s=cfg.call_timeout_s, cpu_s=cfg.call_timeout_s, memory_mb=cfg.memory_mb,
                       max_processes=cfg.max_processes, max_output_bytes=cfg.max_output_bytes)
 
+    def _kernel_limits(self) -> Limits:
+        # A kernel lives for the whole session: its CPU rlimit is the session's budget (every
+        # cell at its wall limit, plus one replay); each cell is bounded by call_timeout_s.
+        cfg = self.config
+        budget = cfg.call_timeout_s * (cfg.max_cells + 1)
+        return Limits(wall_s=budget, cpu_s=budget, memory_mb=cfg.memory_mb, max_processes=cfg.max_processes,
+                      max_output_bytes=cfg.max_output_bytes)
+
+    def _uses_kernel(self, session: Session) -> bool:
+        return self.config.persistent_kernel and session.sandbox.supports_processes
+
     async def seed_session(self, row: dict[str, Any]) -> Session:
         assert self.backend is not None, "setup() was not called"
         return Session(await self.backend.create(SandboxSpec(limits=self._limits())))
 
     async def close_session(self, state: Session | None) -> None:
         if state is not None:
-            await state.sandbox.destroy()
+            if state.kernel is not None:
+                await state.kernel.kill()
+            await state.sandbox.destroy()  # kills anything else it runs, too
 
     async def _execute(self, session: Session, args: CodeArgs) -> dict[str, Any]:
         cfg = self.config
-        if len(session.executed) >= cfg.max_cells:
-            raise ToolError(f"cell limit reached ({cfg.max_cells} per session); give your final answer")
-        session.executed.append(args.code)
+        async with session.lock:
+            if len(session.executed) >= cfg.max_cells:
+                raise ToolError(f"cell limit reached ({cfg.max_cells} per session); give your final answer")
+            session.executed.append(args.code)
+            if self._uses_kernel(session):
+                return await self._execute_in_kernel(session, args)
+            return await self._execute_replay(session, args)
+
+    # -- persistent kernel -------------------------------------------------------------
+
+    async def _start_kernel(self, session: Session) -> SandboxProcess:
+        cfg = self.config
+        proc = await session.sandbox.start_process([cfg.python or sys.executable, "-I", "-c", KERNEL_SOURCE, "--repl"],
+                                                   limits=self._kernel_limits())
+        ready = await proc.read_until(KERNEL_READY, timeout=cfg.kernel_start_timeout_s)
+        if not ready.found:
+            err = proc.take("stderr")[-800:].decode("utf-8", "replace")
+            await proc.kill()
+            raise SandboxError(f"the Python kernel did not start ({ready.reason}): {err}")
+        session.kernel = proc
+        return proc
+
+    async def _request(self, kernel: SandboxProcess, job: dict[str, Any], timeout: float) -> CellRun:
+        marker = f"\n[verigym kernel {secrets.token_hex(8)} done]"
+        kernel.take("stdout")
+        kernel.take("stderr")
+        try:
+            await kernel.write_stdin(json.dumps({**job, "marker": marker}).encode() + b"\n")
+        except SandboxError:
+            return CellRun("eof", b"", kernel.take("stderr"))
+        out = await kernel.read_until(marker.encode(), timeout=timeout, max_bytes=self.config.max_output_bytes)
+        if not out.found:
+            return CellRun(out.reason, out.data, kernel.take("stderr"))
+        status = await kernel.read_until(b"\n", timeout=_MARKER_GRACE_S)
+        err = await kernel.read_until(marker.encode(), timeout=_MARKER_GRACE_S, stream="stderr",
+                                      max_bytes=self.config.max_output_bytes)
+        stderr = err.data[:-len(marker)] if err.found else err.data
+        code = status.data.strip()
+        return CellRun("ok", out.data[:-len(marker)], stderr, int(code) if code.isdigit() else 1)
+
+    async def _restart_kernel(self, session: Session) -> bool:
+        """Kill the kernel, start a new one and replay the cells that ran. False = the replay
+        itself failed: the new kernel starts empty and the history is dropped."""
+        if session.kernel is not None:
+            await session.kernel.kill()
+            session.kernel = None
+        kernel = await self._start_kernel(session)
+        if not session.history:
+            return True
+        replay = await self._request(kernel, {"replay": session.history}, self.config.call_timeout_s)
+        if replay.ended == "ok":
+            return True
+        await kernel.kill()
+        session.kernel = None
+        session.history.clear()
+        await self._start_kernel(session)
+        return False
+
+    async def _execute_in_kernel(self, session: Session, args: CodeArgs) -> dict[str, Any]:
+        cfg = self.config
+        try:
+            kernel = session.kernel
+            if kernel is None or kernel.returncode is not None:
+                # Not started yet, or ended between calls: a new kernel with the state replayed.
+                await self._restart_kernel(session) if kernel is not None else await self._start_kernel(session)
+                kernel = session.kernel
+            assert kernel is not None
+            run = await self._request(kernel, {"cell": args.code}, cfg.call_timeout_s)
+            if run.ended != "ok":
+                died_status = await kernel.wait(_MARKER_GRACE_S) if run.ended == "eof" else None
+                kept = await self._restart_kernel(session)
+        except SandboxError as exc:
+            raise ToolError(f"the Python sandbox failed (not your code): {exc}") from exc
+        stdout, out_cut = _clip(run.stdout.decode("utf-8", "replace"), cfg.max_output_chars)
+        stderr, err_cut = _clip(run.stderr.decode("utf-8", "replace"), cfg.max_output_chars)
+        reply: dict[str, Any] = {"stdout": stdout, "stderr": stderr,
+                                 "truncated": out_cut or err_cut or run.ended == "max_bytes"}
+        if run.ended == "ok":
+            session.history.append(args.code)
+            reply["success"] = run.status == 0
+            return reply
+        if run.ended == "timeout":
+            reason = f"timed out after {cfg.call_timeout_s:g}s"
+        elif run.ended == "max_bytes":
+            reason = f"printed more than {cfg.max_output_bytes} bytes"
+        elif died_status == 128 + 24:  # SIGXCPU: the session's CPU budget is spent
+            reason = "used the session's CPU-time limit"
+        else:
+            reason = f"ended the Python process itself (exit status {died_status})"
+        state = ("variables from your earlier successful cells are kept, this cell's effects are gone" if kept
+                 else "re-running your earlier cells failed, so all variables are gone")
+        reply.update(success=False, timed_out=run.ended == "timeout",
+                     error=f"Execution {reason}. The kernel was restarted: {state}.")
+        return reply
+
+    # -- replay: one exec per call (backends without long-lived processes) --------------
+
+    async def _execute_replay(self, session: Session, args: CodeArgs) -> dict[str, Any]:
+        cfg = self.config
         marker = f"\n[verigym kernel {secrets.token_hex(8)} done]"
         job = json.dumps({"history": session.history, "cell": args.code, "marker": marker}).encode()
         try:

@@ -108,3 +108,54 @@ async def test_a_cell_that_ends_the_process_does_not_poison_later_cells(client, 
     _, out = await c.call_tool(session, "execute_python", {"code": "print(b)"})
     assert out == {"stdout": "7\n", "stderr": "", "truncated": False, "success": True}
     await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
+
+
+def _uid_pids(uid: int) -> set[int]:
+    import psutil
+    return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid}
+
+
+async def test_one_persistent_kernel_per_session(client):
+    # Not replay: a cell runs once, so its side effects (a counter, the clock) are not repeated.
+    c, env = client
+    session = await c.seed_session("math_python", ROW)
+    _, out = await c.call_tool(session, "execute_python", {"code": "import os\nruns = [os.getpid()]\nprint(len(runs))"})
+    assert out["stdout"] == "1\n"
+    for _ in range(3):
+        _, out = await c.call_tool(session, "execute_python", {"code": "runs.append(os.getpid()); print(len(runs), len(set(runs)))"})
+    assert out["stdout"] == "4 1\n"  # every cell in the same process
+    _, out = await c.call_tool(session, "execute_python", {"code": "input()"})  # no stdin to steal requests from
+    assert out["success"] is False and "EOFError" in out["stderr"]
+    uid = next(iter(env.backend._live)).uid
+    assert len(_uid_pids(uid)) >= 2  # the kernel (and its waiting pid 1) is up between calls
+    await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
+    assert not _uid_pids(uid)  # session close killed the kernel: nothing leaks
+
+
+async def test_killed_kernel_is_replaced_and_state_replayed(client):
+    c, env = client
+    session = await c.seed_session("math_python", ROW)
+    await c.call_tool(session, "execute_python", {"code": "kept = 7"})
+    uid = next(iter(env.backend._live)).uid
+    before = _uid_pids(uid)
+    _, out = await c.call_tool(session, "execute_python", {"code": "print('partial', flush=True)\nwhile True: pass"})
+    assert out["timed_out"] is True and "kept" in out["error"] and out["stdout"] == "partial\n"
+    _, out = await c.call_tool(session, "execute_python", {"code": "print(kept)"})
+    assert out["stdout"] == "7\n"  # earlier state replayed into the new kernel
+    assert not (before & _uid_pids(uid))  # the old kernel's processes are gone, new ones run
+    await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
+
+
+async def test_replay_mode_still_available():
+    env = registry.instantiate("math_python", overrides={"call_timeout_s": 4.0, "persistent_kernel": False})
+    server = await start_server(env)
+    c = EnvClient({"math_python": server.url}, retries=0)
+    try:
+        session = await c.seed_session("math_python", ROW)
+        await c.call_tool(session, "execute_python", {"code": "v = 5"})
+        _, out = await c.call_tool(session, "execute_python", {"code": "print(v * 2)"})
+        assert out["stdout"] == "10\n"
+        await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
+    finally:
+        await c.close()
+        await server.stop()
