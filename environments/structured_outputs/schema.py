@@ -19,7 +19,7 @@ import copy
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import jsonschema
 from jsonschema.exceptions import SchemaError, best_match
@@ -34,14 +34,21 @@ class InvalidSchema(ValueError):
 class CompiledSchema:
     schema: dict[str, Any] | bool
     validator: Any  # a jsonschema Validator instance
+    # A closure deciding validity for schemas built only from the keywords in _FAST_KEYWORDS,
+    # or None. It only ever answers "valid": any instance it rejects goes to jsonschema, which
+    # decides and words the error, so the verdict is jsonschema's in every case.
+    fast_is_valid: Callable[[Any], bool] | None = None
 
     def first_error(self, instance: Any) -> str | None:
         """None when valid, else the most relevant error as 'path: message'."""
-        if self.validator.is_valid(instance):
+        if self.fast_is_valid is not None:
+            if self.fast_is_valid(instance):
+                return None
+        elif self.validator.is_valid(instance):
             return None
         err = best_match(self.validator.iter_errors(instance))
-        if err is None:  # pragma: no cover - is_valid False always yields an error
-            return "invalid"
+        if err is None:  # jsonschema found nothing: valid (the fast path is never the last word)
+            return None
         where = "/".join(str(p) for p in err.absolute_path) or "<root>"
         return f"{where}: {err.message}"[:500]
 
@@ -83,4 +90,76 @@ def compile_schema(schema_str: str, strict_objects: bool) -> CompiledSchema:
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
         raise InvalidSchema(f"schema_str is not a valid JSON Schema at {where}: {exc.message}") from None
-    return CompiledSchema(schema=schema, validator=cls(schema))
+    validator = cls(schema)
+    return CompiledSchema(schema=schema, validator=validator, fast_is_valid=_fast_validator(schema, validator))
+
+
+# Why a fast path: a profile of the server put jsonschema's per-subschema validator evolution
+# (descend -> evolve) at ~2/3 of a structured_outputs verify. The real rows' schemas use only
+# type / properties / required / additionalProperties / items, which compile to plain closures.
+# Keyword semantics below are copied from jsonschema._keywords for Draft 6 and later (boolean
+# subschemas allowed, ``items`` a single schema); types use the validator's own TypeChecker.
+_FAST_DRAFTS = (jsonschema.Draft6Validator, jsonschema.Draft7Validator,
+                jsonschema.Draft201909Validator, jsonschema.Draft202012Validator)
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "format",
+                          "deprecated", "readOnly", "writeOnly"})  # no effect on validity (no format_checker)
+_FAST_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "items"}) | _ANNOTATIONS
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _fast_validator(schema: Any, validator: Any) -> Callable[[Any], bool] | None:
+    if type(validator) not in _FAST_DRAFTS:
+        return None
+    if isinstance(schema, dict):
+        schema = {k: v for k, v in schema.items() if k != "$schema"}  # the dialect: only at the root
+    try:
+        return _compile_fast(schema, validator.is_type)
+    except _Unsupported:
+        return None
+
+
+def _compile_fast(schema: Any, is_type: Callable[[Any, str], bool]) -> Callable[[Any], bool]:
+    if schema is True:
+        return lambda instance: True
+    if schema is False:
+        return lambda instance: False
+    if not isinstance(schema, dict) or not schema.keys() <= _FAST_KEYWORDS:
+        raise _Unsupported
+    checks: list[Callable[[Any], bool]] = []
+    if "type" in schema:
+        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        checks.append(lambda instance: any(is_type(instance, t) for t in types))
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        raise _Unsupported
+    compiled_properties = [(name, _compile_fast(sub, is_type)) for name, sub in properties.items()]
+    required = schema.get("required", [])
+    if not isinstance(required, list):
+        raise _Unsupported
+    additional = schema.get("additionalProperties", True)
+    additional_check = None if additional is True else _compile_fast(additional, is_type)
+    if compiled_properties or required or additional_check is not None:
+        def object_ok(instance: Any) -> bool:
+            if not is_type(instance, "object"):
+                return True
+            for name, check in compiled_properties:
+                if name in instance and not check(instance[name]):
+                    return False
+            for name in required:
+                if name not in instance:
+                    return False
+            if additional_check is not None:
+                for name, value in instance.items():
+                    if name not in properties and not additional_check(value):
+                        return False
+            return True
+        checks.append(object_ok)
+    if "items" in schema:
+        if not isinstance(schema["items"], (dict, bool)):
+            raise _Unsupported  # tuple-form items (Draft 6-2019-09)
+        item_check = _compile_fast(schema["items"], is_type)
+        checks.append(lambda instance: not is_type(instance, "array") or all(item_check(item) for item in instance))
+    return lambda instance: all(check(instance) for check in checks)
