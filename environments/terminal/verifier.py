@@ -1,22 +1,26 @@
 """``terminal``: solve a small task with shell commands in a per-rollout sandbox.
 
 ``/seed_session`` creates the sandbox, writes ``setup_files`` and runs ``setup_commands``;
-``POST /exec`` runs one shell command there; ``/verify`` uploads ``check_files`` (so the
+``POST /exec`` runs one shell command there, in one shell kept for the session (cwd,
+variables and background jobs persist; see the README); ``/verify`` uploads ``check_files`` (so the
 model cannot have planted or edited them) and runs ``check_command`` in the same sandbox:
 exit status 0 = reward 1.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import posixpath
+import secrets
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
-from sandboxes.base import Sandbox, SandboxBackend
+from sandboxes.base import Sandbox, SandboxBackend, SandboxProcess
 from servers.environment import EnvConfig, Environment, SessionError, ToolError, Verdict, tool
 from servers.wire import FailureClass, ResponseObject, RowModel
 
@@ -49,6 +53,8 @@ class TerminalConfig(EnvConfig):
     max_processes: int = Field(64, ge=4, description="Processes at once inside the sandbox.")
     max_output_bytes: int = Field(1 << 20, ge=1024, description="Output captured per stream; past it the command is killed.")
     max_output_chars: int = Field(10000, ge=100, description="Characters of each stream returned to the model.")
+    persistent_shell: bool = Field(True, description="One shell per session (cwd, variables, background jobs persist) "
+                                   "where the backend supports it; false = a fresh sh -c per command.")
 
 
 class ExecArgs(BaseModel):
@@ -62,6 +68,29 @@ class ExecArgs(BaseModel):
 class Session:
     sandbox: Sandbox
     commands: int = 0
+    shell: SandboxProcess | None = None   # the persistent shell, started by the first command
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+# The persistent shell reads one request per line: a random per-call marker and the command
+# in base64 (so any command fits one line). A command that does not parse is reported like
+# `sh -c` reports it instead of being eval'ed: a syntax error inside eval would end the shell.
+# Commands get /dev/null as stdin so they cannot read the request channel. After each
+# command the marker and the status go to stdout, the marker to stderr.
+SHELL_DRIVER = """
+while IFS=' ' read -r __vg_mark __vg_code; do
+  __vg_cmd=$(printf '%s' "$__vg_code" | base64 -d)
+  if sh -n -c "$__vg_cmd"; then
+    eval "$__vg_cmd" </dev/null
+    __vg_status=$?
+  else
+    __vg_status=2
+  fi
+  printf '\\n%s %d\\n' "$__vg_mark" "$__vg_status"
+  printf '\\n%s\\n' "$__vg_mark" >&2
+done
+"""
+_MARKER_GRACE_S = 5.0
 
 
 def clear_paths_script(paths: list[str]) -> str:
@@ -145,16 +174,77 @@ class TerminalEnv(Environment):
 
     async def close_session(self, state: Session | None) -> None:
         if state is not None:
-            await state.sandbox.destroy()
+            if state.shell is not None:
+                await state.shell.kill()
+            await state.sandbox.destroy()  # kills anything else it runs, too
 
-    @tool("Run a shell command in the task's workspace (/workspace). Files persist between calls; "
-          "processes and the current directory do not. Returns exit code and output.")
+    @tool("Run a shell command in the task's workspace (/workspace). Returns exit code and output.")
     async def exec(self, session: Session, args: ExecArgs) -> dict[str, Any]:
         cfg = self.config
         timeout = min(args.timeout_s or cfg.command_timeout_s, cfg.max_command_timeout_s)
-        session.commands += 1
+        async with session.lock:
+            session.commands += 1
+            if cfg.persistent_shell and session.sandbox.supports_processes:
+                return await self._exec_in_shell(session, args.command, timeout)
+            return await self._exec_fresh(session, args.command, timeout)
+
+    async def _exec_in_shell(self, session: Session, command: str, timeout: float) -> dict[str, Any]:
+        cfg = self.config
         try:
-            result = await session.sandbox.exec(args.command, timeout=timeout, limits=self._limits(timeout))
+            shell = session.shell
+            if shell is None or shell.returncode is not None:
+                if shell is not None:
+                    await shell.kill()
+                # Per-process limits as for the longest command; each command's wall clock is
+                # the read deadline below.
+                shell = session.shell = await session.sandbox.start_process(
+                    ["/bin/sh", "-c", SHELL_DRIVER], limits=self._limits(cfg.max_command_timeout_s))
+            marker = f"[verigym-shell-{secrets.token_hex(8)}]"  # no spaces: read splits on them
+            shell.take("stdout")
+            shell.take("stderr")
+            request = f"{marker} {base64.b64encode(command.encode()).decode()}\n".encode()
+            try:
+                await shell.write_stdin(request)
+            except SandboxError:
+                pass  # the shell ended meanwhile: reported as such below
+            out = await shell.read_until(f"\n{marker} ".encode(), timeout=timeout, max_bytes=cfg.max_output_bytes)
+            status: int | None = None
+            err_data: bytes
+            if out.found:
+                line = await shell.read_until(b"\n", timeout=_MARKER_GRACE_S)
+                err = await shell.read_until(f"\n{marker}\n".encode(), timeout=_MARKER_GRACE_S, stream="stderr",
+                                             max_bytes=cfg.max_output_bytes)
+                stdout_data = out.data[:-len(marker) - 2]
+                err_data = err.data[:-len(marker) - 2] if err.found else err.data
+                status = int(line.data) if line.data.strip().isdigit() else None
+            else:
+                stdout_data, err_data = out.data, shell.take("stderr")
+                ended = await shell.wait(_MARKER_GRACE_S) if out.reason == "eof" else None
+                await shell.kill()
+                session.shell = None
+        except SandboxError as exc:
+            raise ToolError(f"the sandbox failed (not your command): {exc}") from exc
+        stdout, out_cut = _tail(stdout_data, cfg.max_output_chars)
+        stderr, err_cut = _tail(err_data, cfg.max_output_chars)
+        reply: dict[str, Any] = {"exit_code": status, "stdout": stdout, "stderr": stderr,
+                                 "stdout_truncated": out_cut or out.reason == "max_bytes",
+                                 "stderr_truncated": err_cut, "timed_out": out.reason == "timeout"}
+        if out.found:
+            return reply
+        if out.reason == "eof":
+            # `exit`, `set -e` + a failure, a killed shell: the command ran and ended the shell.
+            reply["exit_code"] = ended
+            reply["note"] = "the shell exited; the next command starts a new shell in /workspace"
+            return reply
+        reply["killed"] = ResourceVerdict.TIMEOUT.value if out.reason == "timeout" else ResourceVerdict.OUTPUT_LIMIT.value
+        reply["note"] = ("the command was stopped and the shell restarted: the next command starts in /workspace "
+                         "with a fresh environment (files persist)")
+        return reply
+
+    async def _exec_fresh(self, session: Session, command: str, timeout: float) -> dict[str, Any]:
+        cfg = self.config
+        try:
+            result = await session.sandbox.exec(command, timeout=timeout, limits=self._limits(timeout))
         except SandboxError as exc:
             raise ToolError(f"the sandbox failed (not your command): {exc}") from exc
         stdout, out_cut = _tail(result.stdout, cfg.max_output_chars)

@@ -118,3 +118,63 @@ async def test_commands_the_shell_cannot_take_are_rejected_as_arguments(client):
         status, out = await c.call_tool(session, "exec", {"command": command})
         assert status == 422 and "command" in str(out["detail"]), out
     await c.verify("terminal", TASK, DONE, session=session)
+
+
+def _uid_pids(uid: int) -> set[int]:
+    import psutil
+    return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid}
+
+
+async def test_one_shell_per_session_keeps_cwd_variables_and_jobs(client):
+    c, env = client
+    session = await c.seed_session("terminal", TASK)
+    _, out = await c.call_tool(session, "exec", {"command": "export GREETING=hey; sleep 60 &"})
+    assert out["exit_code"] == 0
+    _, out = await c.call_tool(session, "exec", {"command": "cd sub; LEVEL=2"})
+    _, out = await c.call_tool(session, "exec", {"command": "pwd; echo $GREETING $LEVEL; cat"})  # cat: stdin is empty
+    assert out == {"exit_code": 0, "stdout": "/workspace/sub\nhey 2\n", "stderr": "",
+                   "stdout_truncated": False, "stderr_truncated": False, "timed_out": False}
+    _, out = await c.call_tool(session, "exec", {"command": "if then"})  # a syntax error does not end the shell
+    assert out["exit_code"] == 2 and "Syntax error" in out["stderr"]
+    _, out = await c.call_tool(session, "exec", {"command": "pwd"})
+    assert out["stdout"] == "/workspace/sub\n"
+    _, out = await c.call_tool(session, "exec", {"command": "exit 7"})
+    assert out["exit_code"] == 7 and "new shell" in out["note"]
+    _, out = await c.call_tool(session, "exec", {"command": "pwd; echo \"[$LEVEL]\""})
+    assert out["stdout"] == "/workspace\n[]\n"
+    uid = next(iter(env.backend._live)).uid
+    assert _uid_pids(uid)
+    reply = await c.verify("terminal", TASK, DONE, session=session)
+    assert reply["reward"] == 0.0
+    assert not _uid_pids(uid)  # the shell and its background sleep died with the session
+
+
+async def test_timeout_and_flood_restart_the_shell(client):
+    c, env = client
+    session = await c.seed_session("terminal", TASK)
+    await c.call_tool(session, "exec", {"command": "cd sub"})
+    _, out = await c.call_tool(session, "exec", {"command": "echo started; sleep 30", "timeout_s": 1})
+    assert out["timed_out"] is True and out["exit_code"] is None and out["stdout"] == "started\n"
+    assert out["killed"] == "timeout"
+    _, out = await c.call_tool(session, "exec", {"command": "pwd"})
+    assert out["stdout"] == "/workspace\n"
+    _, out = await c.call_tool(session, "exec", {"command": "yes"})  # never ends: the output cap stops it
+    assert out["killed"] == "output_limit" and out["stdout_truncated"] is True
+    _, out = await c.call_tool(session, "exec", {"command": "echo ok"})
+    assert out["stdout"] == "ok\n" and out["exit_code"] == 0
+    await c.verify("terminal", TASK, DONE, session=session)
+
+
+async def test_fresh_shell_mode_still_available():
+    env = registry.instantiate("terminal", overrides={"command_timeout_s": 3.0, "persistent_shell": False})
+    server = await start_server(env)
+    c = EnvClient({"terminal": server.url}, retries=0)
+    try:
+        session = await c.seed_session("terminal", TASK)
+        await c.call_tool(session, "exec", {"command": "cd sub"})
+        _, out = await c.call_tool(session, "exec", {"command": "pwd"})
+        assert out["stdout"] == "/workspace\n"  # each command in its own sh -c
+        await c.verify("terminal", TASK, DONE, session=session)
+    finally:
+        await c.close()
+        await server.stop()
