@@ -6,6 +6,11 @@ prints ONE JSON object: verifications/s, latency percentiles, unit tests/s, and 
 every reward matched the row's ``_expected`` (a wrong reward under load is a bug, not noise).
 
     python benchmarks/code_env.py --concurrency 32 --requests 128
+    python benchmarks/code_env.py --compare   # exec vs zygote vs zygote + warm pool, interleaved
+
+Config variants (``--set key=value``, YAML values): ``python=<path>`` forces a fresh
+interpreter per verification (the pre-zygote path); ``sandbox_pool_size=N`` keeps N warm
+sandboxes (each with its zygote) and resets them between verifications.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -33,11 +40,13 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-async def run(concurrency: int, requests: int) -> dict:
+async def run(concurrency: int, requests: int, overrides: dict | None = None) -> dict:
     rows = [row for _, row in load_examples(registry.get("code").example_path)
             if row.get("_expected", {}).get("status", 200) == 200]
-    env = registry.instantiate("code")
+    env = registry.instantiate("code", overrides=overrides or {})
     server = await start_server(env)
+    if env.pool is not None:
+        await env.pool.start()  # warm before the timed window, like a server that has been up
     latencies: list[float] = []
     mismatches: list[str] = []
     failures: dict[str, int] = {}
@@ -69,7 +78,8 @@ async def run(concurrency: int, requests: int) -> dict:
     finally:
         await server.stop()
     return {
-        "benchmark": "code_env", "backend": env.config.sandbox_backend, "concurrency": concurrency,
+        "benchmark": "code_env", "backend": env.config.sandbox_backend, "overrides": overrides or {},
+        "concurrency": concurrency,
         "requests": requests, "distinct_rows": len(rows), "wall_s": round(wall, 3),
         "verifications_per_s": round(requests / wall, 2), "unit_tests_per_s": round(tests_run / wall, 1),
         "latency_s": {"p50": round(statistics.median(latencies), 3), "p90": round(_percentile(latencies, 90), 3),
@@ -80,12 +90,34 @@ async def run(concurrency: int, requests: int) -> dict:
     }
 
 
+VARIANTS = {"exec": {"python": sys.executable}, "zygote": {},
+            "zygote_pool": {"sandbox_pool_size": 8, "sandbox_pool_max": 32}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    parser.add_argument("--compare", action="store_true", help="run every variant, interleaved, --rounds times")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args.concurrency, args.requests))))
+    if not args.compare:
+        overrides = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
+        print(json.dumps(asyncio.run(run(args.concurrency, args.requests, overrides))))
+        return
+    results: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    for _ in range(args.rounds):
+        for name, overrides in VARIANTS.items():
+            results[name].append(asyncio.run(run(args.concurrency, args.requests, overrides)))
+    summary = {name: {"verifications_per_s": [r["verifications_per_s"] for r in rs],
+                      "p99_s": [r["latency_s"]["p99"] for r in rs], "p50_s": [r["latency_s"]["p50"] for r in rs],
+                      "load_avg_1m": [r["host"]["load_avg_1m"] for r in rs],
+                      "reward_mismatches": sum(len(r["reward_mismatches"]) for r in rs),
+                      "failure_classes": [r["failure_classes"] for r in rs]}
+               for name, rs in results.items()}
+    print(json.dumps({"benchmark": "code_env_compare", "concurrency": args.concurrency, "requests": args.requests,
+                      "variants": {k: v for k, v in VARIANTS.items()}, "results": summary}))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ LCB_CODE: dict[str, Any] = {AC: True, WA: -2, TLE: -3, RE: -4, MLE: -4, OLE: -4,
 
 @dataclass(frozen=True)
 class RunSettings:
-    python: str
+    python: str | None  # None: the sandbox's own interpreter via exec_python (zygote where available)
     timeout_s: float
     memory_mb: int
     output_limit_bytes: int
@@ -155,8 +155,12 @@ async def run_submission(sandbox: Sandbox, code: str, inputs: list[str], outputs
            "memory_mb": settings.memory_mb, "output_limit_bytes": settings.output_limit_bytes,
            "stop_on_failure": settings.stop_on_failure}
     limits = exec_limits(settings, inputs)
-    result = await sandbox.exec([settings.python, "-I", "-B", "-c", HARNESS_SOURCE],
-                                stdin=token + json.dumps(job).encode(), timeout=limits.wall_s, limits=limits)
+    stdin = token + json.dumps(job).encode()
+    if settings.python is None:
+        result = await sandbox.exec_python(code=HARNESS_SOURCE, stdin=stdin, timeout=limits.wall_s, limits=limits)
+    else:
+        result = await sandbox.exec([settings.python, "-I", "-B", "-c", HARNESS_SOURCE],
+                                    stdin=stdin, timeout=limits.wall_s, limits=limits)
     outcome = RunOutcome(exec_verdict=result.verdict.value, wall_s=result.wall_s)
     records = _records(result, token)
     if not records:

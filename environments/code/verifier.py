@@ -7,13 +7,13 @@ test loop in ``harness.py``, judging in ``runner.py`` / ``compare.py``.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sandboxes import SandboxError, SandboxSpec, open_backend
-from sandboxes.base import SandboxBackend
+from sandboxes.base import Sandbox, SandboxBackend
+from sandboxes.pool import SandboxPool
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
 
@@ -48,7 +48,11 @@ class CodeRow(RowModel):
 class CodeConfig(EnvConfig):
     sandbox_backend: str = Field("process", description="sandboxes.open_backend name: process | container | apptainer.")
     sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options.")
-    python: str | None = Field(None, description="Interpreter inside the sandbox; null = the server's own.")
+    python: str | None = Field(None, description="Interpreter inside the sandbox; null = the sandbox's own "
+                               "(the server's, served by the backend's exec_python: a pre-forked zygote).")
+    sandbox_pool_size: int = Field(8, ge=0, description="Warm sandboxes kept ready (reset between verifications); "
+                                   "0 = a fresh sandbox per verification.")
+    sandbox_pool_max: int = Field(32, ge=1, description="Most pooled sandboxes alive at once (pool only).")
     test_timeout_s: float = Field(6.0, gt=0, description="Wall-clock limit per unit test (LiveCodeBench: 6).")
     memory_mb: int = Field(1024, ge=64, description="Address-space limit of the program, per test.")
     output_limit_mb: float = Field(16.0, gt=0, description="Largest stdout (or return value) of one test.")
@@ -71,11 +75,19 @@ class CodeEnv(Environment):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.backend: SandboxBackend | None = None
+        self.pool: SandboxPool | None = None
 
     async def setup(self) -> None:
-        self.backend = open_backend(self.config.sandbox_backend, **self.config.sandbox_options)
+        cfg = self.config
+        self.backend = open_backend(cfg.sandbox_backend, **cfg.sandbox_options)
+        if cfg.sandbox_pool_size:
+            self.pool = SandboxPool(self.backend, SandboxSpec(), size=cfg.sandbox_pool_size,
+                                    max_size=max(cfg.sandbox_pool_size, cfg.sandbox_pool_max))
+            await self.pool.start(wait=False)  # fills in the background; acquire() grows on demand
 
     async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
         if self.backend is not None:
             await self.backend.close()
 
@@ -87,12 +99,15 @@ class CodeEnv(Environment):
     def settings(self) -> RunSettings:
         cfg = self.config
         return RunSettings(
-            python=cfg.python or sys.executable, timeout_s=cfg.test_timeout_s, memory_mb=cfg.memory_mb,
+            python=cfg.python, timeout_s=cfg.test_timeout_s, memory_mb=cfg.memory_mb,
             output_limit_bytes=int(cfg.output_limit_mb * (1 << 20)),
             max_total_output_bytes=int(cfg.max_total_output_mb * (1 << 20)),
             stop_on_failure=cfg.stop_at_first_failure and cfg.reward_mode == "binary",
             float_tolerance=cfg.float_tolerance, max_processes=cfg.max_processes,
             max_open_files=cfg.max_open_files)
+
+    async def _run(self, sandbox: Sandbox, code: str, tests: UnitTests):  # type: ignore[no-untyped-def]
+        return await run_submission(sandbox, code, tests.inputs, tests.outputs, tests.fn_name, self.settings())
 
     async def verify(self, row: CodeRow, response: ResponseObject, session: Any | None) -> Verdict:
         text = response.output_text
@@ -103,12 +118,16 @@ class CodeEnv(Environment):
         tests = row.verifier_metadata.unit_tests
         assert self.backend is not None, "setup() was not called"
         try:
-            sandbox = await self.backend.create(SandboxSpec())
-            try:
-                outcome = await run_submission(sandbox, code, tests.inputs, tests.outputs, tests.fn_name,
-                                               self.settings())
-            finally:
-                await sandbox.destroy()
+            if self.pool is not None:
+                # Reset (workspace wiped, leftovers killed) before the next holder gets it.
+                async with self.pool.acquire() as sandbox:
+                    outcome = await self._run(sandbox, code, tests)
+            else:
+                sandbox = await self.backend.create(SandboxSpec())
+                try:
+                    outcome = await self._run(sandbox, code, tests)
+                finally:
+                    await sandbox.destroy()
         except (SandboxError, HarnessFailed) as exc:
             return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc)[-2000:], **extras)
         if outcome.bad_row:
