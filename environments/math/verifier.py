@@ -85,25 +85,34 @@ class MathEnvironment(Environment):
         if extracted is None:
             return Verdict(0.0, extras={**extras, "library_reward": 0.0, "scored_by": "no_answer"})
 
-        cached = self._results.get((gold, extracted))
-        if cached is None:
-            cached = await self._score(gold, extracted, cfg)
-            if isinstance(cached, Verdict):
-                return Verdict.failure(cached.failure_class, cached.failure_detail or "", **extras)
-            self._results.put((gold, extracted), cached)
-        reward, scored_by, error = cached
-        if error is not None:
-            return Verdict.failure(FailureClass.VERIFIER_ERROR, error, **extras, scored_by=scored_by)
-        return Verdict(reward, extras={**extras, "library_reward": reward, "scored_by": scored_by})
+        return await score_final_answer(self, gold, extracted, extras, fast_path=cfg.fast_path,
+                                        timeout=cfg.cpu_task_timeout_s, cache=self._results)
 
-    async def _score(self, gold: str, extracted: str, cfg: MathConfig) -> tuple[float, str, str | None] | Verdict:
-        if cfg.fast_path:
-            decided = fast_equivalence(gold, extracted)
-            if decided is not None:
-                return (1.0 if decided else 0.0), "exact", None
-        try:
-            reward, error = await self.cpu(library_score, gold, extracted, timeout=cfg.cpu_task_timeout_s)
-        except CpuTimeout as exc:
-            # Not cached: a deadline hit says nothing about the answer, and the machine may just be loaded.
-            return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {cfg.cpu_task_timeout_s:g}s deadline: {exc}")
-        return reward, "math_verify", error
+
+async def score_final_answer(env: Environment, gold: str, extracted: str, extras: dict[str, Any], *,
+                             fast_path: bool = True, timeout: float, cache: _LRU | None = None) -> Verdict:
+    """The verdict for an extracted final answer: exact fast path, else math-verify in ``env``'s
+    CPU pool. Shared by ``math`` and ``math_python`` so both score the same answer alike.
+
+    A deadline hit is failure class ``timeout`` (and not cached: it says nothing about the
+    answer, the machine may just be loaded); a gold math-verify cannot parse is
+    ``verifier_error`` (a data problem, masked rather than a silent 0).
+    """
+    result = cache.get((gold, extracted)) if cache is not None else None
+    if result is None:
+        decided = fast_equivalence(gold, extracted) if fast_path else None
+        if decided is not None:
+            result = (1.0 if decided else 0.0), "exact", None
+        else:
+            try:
+                reward, error = await env.cpu(library_score, gold, extracted, timeout=timeout)
+            except CpuTimeout as exc:
+                return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {timeout:g}s deadline: {exc}",
+                                       **extras)
+            result = reward, "math_verify", error
+        if cache is not None:
+            cache.put((gold, extracted), result)
+    reward, scored_by, error = result
+    if error is not None:
+        return Verdict.failure(FailureClass.VERIFIER_ERROR, error, **extras, scored_by=scored_by)
+    return Verdict(reward, extras={**extras, "library_reward": reward, "scored_by": scored_by})

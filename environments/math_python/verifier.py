@@ -19,12 +19,11 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from environments.math.extract import extract_answer
-from environments.math.scoring import fast_equivalence, library_score
+from environments.math.verifier import ExtractionRule, score_final_answer
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
 from sandboxes.base import Sandbox, SandboxBackend, SandboxProcess
-from servers.cpu_pool import CpuTimeout
 from servers.environment import EnvConfig, Environment, ToolError, Verdict, tool
-from servers.wire import FailureClass, ResponseObject, RowModel
+from servers.wire import ResponseObject, RowModel
 
 KERNEL_SOURCE = Path(__file__).with_name("kernel.py").read_text()
 KERNEL_READY = b"[verigym kernel ready]\n"  # must match kernel.py READY
@@ -52,9 +51,9 @@ class MathPythonConfig(EnvConfig):
     max_output_chars: int = Field(8000, ge=100, description="Characters of stdout/stderr returned to the model.")
     max_cells: int = Field(64, ge=1, description="Cells per session; later calls get an error.")
     persistent_kernel: bool = Field(True, description="One long-lived kernel per session where the backend "
-                                    "supports it (process backend); false = replay the session's cells every call.")
+                                    "supports it (process, container); false = replay the session's cells every call.")
     kernel_start_timeout_s: float = Field(60.0, gt=0, description="Limit for starting a session's kernel.")
-    extraction: list[str] = Field(default_factory=lambda: ["boxed", "answer_line", "last_number"],
+    extraction: list[ExtractionRule] = Field(default_factory=lambda: ["boxed", "answer_line", "last_number"],
                                   description="Answer extraction rules (as in the math environment).")
 
 
@@ -296,13 +295,4 @@ class MathPythonEnv(Environment):
                 return Verdict(0.0, extras=extras)
         if extracted is None:
             return Verdict(0.0, extras={**extras, "scored_by": "no_answer"})
-        decided = fast_equivalence(gold, extracted)
-        if decided is not None:
-            return Verdict(1.0 if decided else 0.0, extras={**extras, "scored_by": "exact"})
-        try:
-            reward, error = await self.cpu(library_score, gold, extracted, timeout=cfg.cpu_task_timeout_s)
-        except CpuTimeout as exc:
-            return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its deadline: {exc}", **extras)
-        if error is not None:
-            return Verdict.failure(FailureClass.VERIFIER_ERROR, error, **extras)
-        return Verdict(reward, extras={**extras, "scored_by": "math_verify"})
+        return await score_final_answer(self, gold, extracted, extras, timeout=cfg.cpu_task_timeout_s)

@@ -159,3 +159,17 @@ async def test_replay_mode_still_available():
     finally:
         await c.close()
         await server.stop()
+
+
+def test_unknown_extraction_rule_is_a_config_error():
+    # Was list[str]: a typo was accepted and every verify then failed with a KeyError.
+    from servers.registry import ConfigError
+    with pytest.raises(ConfigError, match="extraction"):
+        registry.instantiate("math_python", overrides={"extraction": ["boxd"]})
+
+
+async def test_scores_like_math_including_math_verify_path(client):
+    c, _ = client
+    row = dict(ROW, expected_result="\\frac{1}{\\sqrt{2}}")
+    reply = await c.verify("math_python", row, response_from_text("\\boxed{\\frac{\\sqrt{2}}{2}}"))
+    assert reply["reward"] == 1.0 and reply["scored_by"] == "math_verify" and reply["library_reward"] == 1.0
