@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 from .base import ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxSpec
 from .bwrap import THREAD_ENV, limits_argv
+from .longlived import ContainerProcess
 from .runner import RawOutcome
 from .verdicts import classify
 
@@ -61,10 +62,45 @@ def _tar_of(files: Mapping[str, bytes | str]) -> bytes:
 
 
 class ContainerSandbox(Sandbox):
+    supports_processes = True
+
     def __init__(self, backend: "ContainerBackend", spec: SandboxSpec, container: Any) -> None:
         self.spec, self._backend, self._container = spec, backend, container
         self._lock = asyncio.Lock()
         self._destroyed = False
+        self._processes: set[ContainerProcess] = set()
+
+    async def start_process(self, argv: Sequence[str], *, limits: Limits | None = None,
+                            env: Mapping[str, str] | None = None) -> ContainerProcess:
+        """A long-lived exec with stdin attached, in its own process group (``setsid``, from
+        util-linux like ``prlimit``). Killed by ``kill()``, ``reset()`` (the container is
+        replaced), ``destroy()``, and by an ``exec`` that hits its deadline or output cap
+        (that kills every process but the container's pid 1)."""
+        self._check_alive()
+        argv = list(argv)
+        if not argv:
+            raise ValueError("empty command")
+        lim = limits or self.spec.limits
+        pidfile = f"/tmp/.verigym-proc-{uuid.uuid4().hex}"
+        wrapped = limits_argv(lim, None) + ["setsid", "-w", "/bin/sh", "-c", f'echo $$ > {pidfile}; exec "$@"',
+                                            "sh", *argv]
+        full_env = {"HOME": self.spec.workdir, "LANG": "C.UTF-8", **THREAD_ENV, **self.spec.env, **(env or {})}
+        api, user = self._backend.client.api, self._backend.user or ""
+        try:
+            exec_id = await asyncio.to_thread(
+                api.exec_create, self._container.id, wrapped, stdin=True, stdout=True, stderr=True, tty=False,
+                workdir=self.spec.workdir, environment=full_env, user=user)
+            sock = await asyncio.to_thread(api.exec_start, exec_id, socket=True)
+        except Exception as exc:
+            raise SandboxError(f"cannot start a process in the container: {exc}") from exc
+        proc = ContainerProcess(api=api, container_id=self._container.id, exec_id=exec_id, sock=sock,
+                                pidfile=pidfile, user=user, buffer_cap=lim.max_output_bytes)
+        self._processes.add(proc)
+        return proc
+
+    async def _stop_processes(self) -> None:
+        procs, self._processes = list(self._processes), set()
+        await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
 
     @property
     def container_id(self) -> str:
@@ -219,6 +255,7 @@ class ContainerSandbox(Sandbox):
     async def reset(self) -> None:
         self._check_alive()
         async with self._lock:
+            await self._stop_processes()
             old = self._container
             self._container = await self._backend._start(self.spec)
             await asyncio.to_thread(self._backend._remove, old)
@@ -227,6 +264,7 @@ class ContainerSandbox(Sandbox):
         if self._destroyed:
             return
         self._destroyed = True
+        await self._stop_processes()
         async with self._lock:
             await asyncio.to_thread(self._backend._remove, self._container)
         self._backend._live.discard(self)

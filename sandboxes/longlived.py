@@ -1,4 +1,5 @@
-"""Long-lived sandbox processes: a bubblewrap launcher that stays up for a session.
+"""Long-lived sandbox processes: a bubblewrap launcher that stays up for a session
+(:class:`BwrapProcess`), or a container exec with an attached stdin (:class:`ContainerProcess`).
 
 Used for :meth:`Sandbox.start_process` (a notebook kernel, a shell) and by the Python
 zygote. The launcher is the same bwrap command line as an exec (same namespaces, limits,
@@ -16,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import socket
+import struct
 import subprocess
+import threading
 from typing import Sequence
 
 from .base import ReadResult, SandboxError, SandboxProcess
@@ -105,22 +109,74 @@ class Launched:
             await self.exited
 
 
-class BwrapProcess(SandboxProcess):
+class BufferedProcess(SandboxProcess):
+    """The stream side shared by backends: per-stream buffers capped at ``buffer_cap``
+    (a full buffer pauses reading until consumed), ``read_until`` and ``take``. A subclass
+    feeds ``_buf``/``_eof`` and sets ``_changed``; ``_resume`` restarts a paused reader."""
+
+    def __init__(self, buffer_cap: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._cap = buffer_cap
+        self._buf = {name: bytearray() for name in ("stdout", "stderr")}
+        self._eof = {name: False for name in ("stdout", "stderr")}
+        self._changed = asyncio.Event()
+
+    def _resume(self, name: str) -> None:
+        """Called whenever buffered data was consumed."""
+
+    def _stalled(self, name: str) -> bool:
+        """True when no more data can arrive on ``name`` (process gone, reader stopped)."""
+        return False
+
+    async def read_until(self, marker: bytes, *, timeout: float, max_bytes: int = 1 << 20,
+                         stream: str = "stdout") -> ReadResult:
+        if not marker:
+            raise ValueError("empty marker")
+        buf = self._buf[stream]
+        limit = min(max_bytes, self._cap)
+        deadline = self.loop.time() + timeout
+        searched = 0
+        while True:
+            idx = buf.find(marker, searched)
+            if idx >= 0 and idx + len(marker) <= max_bytes:
+                return ReadResult(self._consume(stream, idx + len(marker)), "marker")
+            searched = max(0, len(buf) - len(marker) + 1)
+            if len(buf) >= limit:
+                return ReadResult(self._consume(stream, limit), "max_bytes")
+            if self._eof[stream] or self._stalled(stream):
+                return ReadResult(self._consume(stream, len(buf)), "eof")
+            remaining = deadline - self.loop.time()
+            if remaining <= 0:
+                return ReadResult(self._consume(stream, len(buf)), "timeout")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+
+    def _consume(self, stream: str, n: int) -> bytes:
+        buf = self._buf[stream]
+        data = bytes(buf[:n])
+        del buf[:n]
+        self._resume(stream)
+        return data
+
+    def take(self, stream: str = "stderr") -> bytes:
+        return self._consume(stream, len(self._buf[stream]))
+
+
+class BwrapProcess(BufferedProcess):
     """:class:`SandboxProcess` over a :class:`Launched` bwrap with stdin/stdout/stderr pipes."""
 
     def __init__(self, argv: Sequence[str], *, status: StatusPipe, buffer_cap: int) -> None:
+        super().__init__(buffer_cap)
         self._launched = Launched(argv, status=status)
         proc = self._launched.proc
-        self.loop = self._launched.loop
-        self._cap = buffer_cap
         self._stdin_fd = proc.stdin.fileno()  # type: ignore[union-attr]
         os.set_blocking(self._stdin_fd, False)
         self._write_lock = asyncio.Lock()
         self._streams = {"stdout": proc.stdout.fileno(), "stderr": proc.stderr.fileno()}  # type: ignore[union-attr]
-        self._buf = {name: bytearray() for name in self._streams}
-        self._eof = {name: False for name in self._streams}
         self._reading = {name: False for name in self._streams}
-        self._changed = asyncio.Event()
         for name, fd in self._streams.items():
             os.set_blocking(fd, False)
             self._resume(name)
@@ -138,6 +194,9 @@ class BwrapProcess(SandboxProcess):
         if not self._reading[name] and not self._eof[name] and len(self._buf[name]) < self._cap:
             self._reading[name] = True
             self.loop.add_reader(self._streams[name], self._on_readable, name)
+
+    def _stalled(self, name: str) -> bool:
+        return self.returncode is not None and not self._reading[name]
 
     def _pause(self, name: str) -> None:
         if self._reading[name]:
@@ -182,42 +241,6 @@ class BwrapProcess(SandboxProcess):
                         raise SandboxError("the sandbox process closed its stdin") from exc
                     raise
 
-    async def read_until(self, marker: bytes, *, timeout: float, max_bytes: int = 1 << 20,
-                         stream: str = "stdout") -> ReadResult:
-        if not marker:
-            raise ValueError("empty marker")
-        buf = self._buf[stream]
-        limit = min(max_bytes, self._cap)
-        deadline = self.loop.time() + timeout
-        searched = 0
-        while True:
-            idx = buf.find(marker, searched)
-            if idx >= 0 and idx + len(marker) <= max_bytes:
-                return ReadResult(self._consume(stream, idx + len(marker)), "marker")
-            searched = max(0, len(buf) - len(marker) + 1)
-            if len(buf) >= limit:
-                return ReadResult(self._consume(stream, limit), "max_bytes")
-            if self._eof[stream] or (self.returncode is not None and not self._reading[stream]):
-                return ReadResult(self._consume(stream, len(buf)), "eof")
-            remaining = deadline - self.loop.time()
-            if remaining <= 0:
-                return ReadResult(self._consume(stream, len(buf)), "timeout")
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
-
-    def _consume(self, stream: str, n: int) -> bytes:
-        buf = self._buf[stream]
-        data = bytes(buf[:n])
-        del buf[:n]
-        self._resume(stream)
-        return data
-
-    def take(self, stream: str = "stderr") -> bytes:
-        return self._consume(stream, len(self._buf[stream]))
-
     async def kill(self) -> None:
         await self._launched.kill()
         for name in self._streams:
@@ -238,3 +261,140 @@ class BwrapProcess(SandboxProcess):
         except asyncio.TimeoutError:
             return None
         return self.returncode
+
+
+class ContainerProcess(BufferedProcess):
+    """:class:`SandboxProcess` over a Docker-API exec with an attached stdin (hijacked socket).
+
+    The exec runs ``setsid -w sh -c 'echo $$ > PIDFILE; exec "$@"'``, so the program leads
+    its own process group; :meth:`kill` SIGKILLs that group through another exec. The
+    multiplexed stream (8-byte frame headers: stream id, length) is read by a thread that
+    hands each frame to the event loop and waits while the stream's buffer is full.
+    """
+
+    def __init__(self, *, api, container_id: str, exec_id: str, sock, pidfile: str,  # type: ignore[no-untyped-def]
+                 user: str, buffer_cap: int) -> None:
+        super().__init__(buffer_cap)
+        self._api, self._cid, self._exec_id = api, container_id, exec_id
+        self._sock = getattr(sock, "_sock", sock)  # SocketIO wraps the raw socket
+        self._pidfile, self._user = pidfile, user
+        self._room = {name: asyncio.Event() for name in self._buf}
+        for event in self._room.values():
+            event.set()
+        self._returncode: int | None = None
+        self._exited: asyncio.Future[None] = self.loop.create_future()
+        self._write_lock = asyncio.Lock()
+        self._killed = False
+        self._thread = threading.Thread(target=self._pump, name="verigym-container-proc", daemon=True)
+        self._thread.start()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    def _resume(self, name: str) -> None:
+        if len(self._buf[name]) < self._cap:
+            self._room[name].set()
+
+    async def _put(self, name: str, data: bytes) -> None:
+        while len(self._buf[name]) >= self._cap and not self._killed:
+            self._room[name].clear()
+            await self._room[name].wait()
+        self._buf[name] += data
+        self._changed.set()
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            try:
+                chunk = self._sock.recv(n - len(data))
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def _pump(self) -> None:
+        names = {1: "stdout", 2: "stderr"}
+        try:
+            while True:
+                head = self._recv_exact(8)
+                if head is None:
+                    break
+                size = struct.unpack(">I", head[4:])[0]
+                payload = self._recv_exact(size) if size else b""
+                if payload is None:
+                    break
+                name = names.get(head[0])
+                if name is not None and payload and not self._killed:
+                    asyncio.run_coroutine_threadsafe(self._put(name, payload), self.loop).result()
+        except RuntimeError:
+            return  # the event loop is closed: nobody is listening any more
+        try:
+            code = self._api.exec_inspect(self._exec_id).get("ExitCode")
+        except Exception:  # noqa: BLE001 - container already removed
+            code = None
+        try:
+            self.loop.call_soon_threadsafe(self._finish, 137 if code is None else int(code))
+        except RuntimeError:
+            pass
+
+    def _finish(self, code: int) -> None:
+        self._returncode = code
+        for name in self._eof:
+            self._eof[name] = True
+        self._changed.set()
+        if not self._exited.done():
+            self._exited.set_result(None)
+
+    async def write_stdin(self, data: bytes) -> None:
+        async with self._write_lock:
+            if self._returncode is not None:
+                raise SandboxError("the sandbox process has exited")
+            try:
+                await asyncio.to_thread(self._sock.sendall, data)
+            except OSError as exc:
+                raise SandboxError(f"the sandbox process closed its stdin: {exc}") from exc
+
+    def _kill_group(self) -> None:
+        script = (f'for i in $(seq 40); do [ -s {self._pidfile} ] && break; sleep 0.05; done; '
+                  f'p=$(cat {self._pidfile} 2>/dev/null); [ -n "$p" ] && kill -9 -"$p" "$p" 2>/dev/null; '
+                  f'rm -f {self._pidfile}; true')
+        try:
+            kid = self._api.exec_create(self._cid, ["/bin/sh", "-c", script], user=self._user)
+            self._api.exec_start(kid)
+        except Exception:  # noqa: BLE001 - container gone: so is the process
+            pass
+
+    async def kill(self) -> None:
+        if not self._killed:
+            # Even after the program ended: what it left in its process group may still run.
+            self._killed = True
+            for event in self._room.values():
+                event.set()
+            await asyncio.to_thread(self._kill_group)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._exited), _REAP_GRACE_S)
+            except asyncio.TimeoutError:
+                pass
+        self._killed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            await asyncio.wait_for(asyncio.shield(self._exited), _REAP_GRACE_S)
+        except asyncio.TimeoutError:
+            self._finish(137)
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            await asyncio.wait_for(asyncio.shield(self._exited), timeout)
+        except asyncio.TimeoutError:
+            return None
+        return self._returncode

@@ -164,6 +164,7 @@ class Zygote:
         except BaseException:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
+            await self._break("could not send a run")
             raise
         finally:
             for fd in (in_r, out_w, err_w):

@@ -94,7 +94,11 @@ def _child(job, fds):
                             ("RLIMIT_NPROC", (lim["nproc"], lim["nproc"])),
                             ("RLIMIT_FSIZE", (lim["fsize"], lim["fsize"])),
                             ("RLIMIT_NOFILE", (lim["nofile"], lim["nofile"]))):
-            resource.setrlimit(getattr(resource, name), value)
+            res = getattr(resource, name)
+            hard = resource.getrlimit(res)[1]
+            if hard != resource.RLIM_INFINITY:  # never above the zygote's own ceiling
+                value = (min(value[0], hard), min(value[1], hard))
+            resource.setrlimit(res, value)
         os.chdir(job["cwd"])
         os.environ.clear()
         os.environ.update(job["env"])

@@ -159,3 +159,41 @@ async def test_kill_all_inside_keeps_sandbox_usable(backend):
         await sb.exec("kill -9 -1; kill -9 1")
         r = await sb.exec("echo next")
         assert r.ok and r.text() == "next\n"
+
+
+SHELL_LOOP = 'while IFS= read -r line; do eval "$line"; echo "@@END $?"; echo "@@END" >&2; done'
+
+
+async def proc2_check(sb, count: str) -> None:
+    """No `sleep 60` of the killed process group is left (counted from /proc, no ps needed)."""
+    probe = await sb.start_process(["/bin/sh", "-c", "sleep 60 & echo started"])
+    assert (await probe.read_until(b"started\n", timeout=30)).found
+    assert (await sb.exec(count)).text().strip() == "1"  # the counter sees a live one
+    await probe.kill()
+    assert (await sb.exec(count)).text().strip() == "0"
+
+
+async def test_long_lived_process_keeps_state_and_is_killed(backend):
+    async with await backend.create(SandboxSpec()) as sb:
+        assert sb.supports_processes
+        proc = await sb.start_process(["/bin/sh", "-c", SHELL_LOOP], limits=Limits(max_output_bytes=4096))
+        await proc.write_stdin(b"cd /tmp; X=41; echo warn >&2\n")
+        assert (await proc.read_until(b"@@END 0\n", timeout=30)).data == b"@@END 0\n"
+        assert (await proc.read_until(b"@@END\n", timeout=30, stream="stderr")).data == b"warn\n@@END\n"
+        await proc.write_stdin(b"echo $((X + 1)) $(pwd)\n")
+        assert (await proc.read_until(b"@@END 0\n", timeout=30)).data == b"42 /tmp\n@@END 0\n"
+        await proc.write_stdin(b"sleep 60 & sleep 60\n")
+        assert (await proc.read_until(b"@@END", timeout=1)).reason == "timeout"
+        await proc.write_stdin(b"")
+        await proc.kill()
+        assert proc.returncode is not None
+        count = ("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done "
+                 "| grep -c '^sleep 60' || true")
+        await proc2_check(sb, count)
+        flood = await sb.start_process(["/bin/sh", "-c", "yes"], limits=Limits(max_output_bytes=4096))
+        got = await flood.read_until(b"never", timeout=30, max_bytes=1000)
+        assert got.reason == "max_bytes" and len(got.data) == 1000
+        ended = await sb.start_process(["/bin/sh", "-c", "echo bye; exit 3"])
+        assert (await ended.read_until(b"never", timeout=30)).data == b"bye\n"
+        assert await ended.wait(30) == 3
+    assert flood.returncode is not None  # destroy killed it
