@@ -184,6 +184,17 @@ def _start_serve(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, dict]:
     return proc, json.loads(ready.read_text())
 
 
+def _wait_in_flight(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url + "/metrics") as r:
+            if any(line.startswith("verigym_in_flight{") and not line.endswith(" 0")
+                   for line in r.read().decode().splitlines()):
+                return
+        time.sleep(0.02)
+    raise AssertionError("the slow verification never showed up in flight")
+
+
 def test_serve_ports_overrides_and_sigterm_drains(tmp_path, capsys):
     assert main(["new", "other_env", "--dir", str(tmp_path)]) == 0
     capsys.readouterr()
@@ -207,9 +218,9 @@ def test_serve_ports_overrides_and_sigterm_drains(tmp_path, capsys):
         # SIGTERM while a slow verification is in flight: it completes, everything exits 0
         result: dict = {}
         slow = threading.Thread(target=lambda: result.update(
-            zip(("status", "reply"), post_json(ready["urls"]["probe"] + "/verify", probe_row("sleep", sleep_s=1.5)))))
+            zip(("status", "reply"), post_json(ready["urls"]["probe"] + "/verify", probe_row("sleep", sleep_s=3)))))
         slow.start()
-        time.sleep(0.5)
+        _wait_in_flight(ready["urls"]["probe"])  # a fixed sleep raced the request's arrival on a loaded machine
         proc.send_signal(signal.SIGTERM)
         slow.join(30)
         out, err = proc.communicate(timeout=60)
