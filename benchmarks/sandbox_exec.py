@@ -4,7 +4,8 @@ End to end per execution: acquire a warm sandbox from the pool, upload ``main.py
 with full isolation and limits, release (reset: wipe workspace, kill leftovers). Modes:
 ``zygote`` = ``sandbox.exec_python(path="main.py")`` (a fork of the sandbox's pre-started
 Python, see sandboxes/README.md); ``exec`` = ``sandbox.exec(["python3", "main.py"])`` (a
-fresh bwrap + interpreter per run). Baseline in the same run: ``python3 main.py`` as a
+fresh bwrap + interpreter per run). Baselines in the same run: ``python3 main.py`` (and
+``python3 -I -S main.py``, no site) as a
 plain asyncio subprocess at the same concurrency (the floor of "start a Python per run").
 Rounds of every mode alternate so load from other users falls on all alike. Prints one
 JSON object. Timings depend on machine load.
@@ -28,7 +29,7 @@ from sandboxes.pool import SandboxPool  # noqa: E402
 PROGRAM = "print(1)\n"
 
 
-async def _bare(n: int, concurrency: int) -> float:
+async def _bare(n: int, concurrency: int, flags: tuple[str, ...] = ()) -> float:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "main.py")
         with open(path, "w") as f:
@@ -37,7 +38,7 @@ async def _bare(n: int, concurrency: int) -> float:
 
         async def one() -> None:
             async with sem:
-                p = await asyncio.create_subprocess_exec(sys.executable, path, stdout=asyncio.subprocess.PIPE,
+                p = await asyncio.create_subprocess_exec(sys.executable, *flags, path, stdout=asyncio.subprocess.PIPE,
                                                          stderr=asyncio.subprocess.PIPE)
                 out, _ = await p.communicate()
                 assert out == b"1\n"
@@ -92,10 +93,11 @@ async def main() -> None:
         r.walls.clear()
     await _bare(args.concurrency, args.concurrency)
     per_round = max(1, args.n // args.rounds)
-    bare = 0.0
+    bare = bare_s = 0.0
     took = {m: 0.0 for m in modes}
     for _ in range(args.rounds):
         bare += await _bare(per_round, args.concurrency)
+        bare_s += await _bare(per_round, args.concurrency, ("-I", "-S"))
         for m, r in runners.items():
             took[m] += await r.run(per_round)
     for r in runners.values():
@@ -104,11 +106,14 @@ async def main() -> None:
     bare_rate = n / bare
     out = {"benchmark": "sandbox_exec", "backend": "process", "program": "print(1)",
            "n_per_mode": n, "rounds": args.rounds, "concurrency": args.concurrency, "cpus": os.cpu_count(),
-           "bare_subprocess_exec_per_s": round(bare_rate, 1)}
+           "bare_subprocess_exec_per_s": round(bare_rate, 1),
+           # the same without site (.pth processing): the floor of any fresh interpreter here
+           "bare_subprocess_no_site_exec_per_s": round(n / bare_s, 1)}
     for m, r in runners.items():
         walls = sorted(r.walls)
         rate = n / took[m]
         out[m] = {"exec_per_s": round(rate, 1), "ratio_vs_bare": round(rate / bare_rate, 3),
+                  "ratio_vs_bare_no_site": round(rate * bare_s / n, 3),
                   "overhead_per_exec_ms": round(1000 * (took[m] - bare) / n * args.concurrency, 2),
                   "exec_wall_p50_ms": round(1000 * walls[len(walls) // 2], 2),
                   "exec_wall_p99_ms": round(1000 * walls[max(0, int(len(walls) * 0.99) - 1)], 2),

@@ -67,6 +67,10 @@ class ProcessSandbox(Sandbox):
         self._destroyed = False
         self._processes: set[BwrapProcess] = set()  # start_process(); killed by reset/destroy
         self._zygote: Zygote | None = None           # started by the first exec_python
+        # Whether anything but zygote runs used the uid since the last reset. A zygote run
+        # ends only after the zygote killed and reaped every process of its namespace, so
+        # after zygote runs alone reset() can skip the /proc scan for leftovers.
+        self._uid_used = False
 
     @property
     def uid(self) -> int | None:
@@ -94,6 +98,7 @@ class ProcessSandbox(Sandbox):
         full_env = sandbox_env(self.layout.python, self.layout.workdir, {**self.spec.env, **(env or {})})
         uid = self.uid
         async with self._lock:
+            self._uid_used = True
             status = StatusPipe()
             launcher = self.layout.argv(argv, lim, full_env, status_fd=status.write_fd)
             raw = await run_launcher(launcher, stdin=data, timeout=deadline,
@@ -148,6 +153,7 @@ class ProcessSandbox(Sandbox):
         proc = BwrapProcess(self.layout.argv(argv, lim, full_env, status_fd=status.write_fd),
                             status=status, buffer_cap=lim.max_output_bytes)
         self._processes.add(proc)
+        self._uid_used = True
         return proc
 
     async def _stop_processes(self) -> None:
@@ -173,17 +179,18 @@ class ProcessSandbox(Sandbox):
         async with self._lock:
             await self._stop_processes()
             zygote = self._zygote
-            if zygote is not None and (not zygote.alive or await asyncio.to_thread(zygote.tampered)):
+            if zygote is not None and (not zygote.alive or zygote.tampered()):  # two tiny /proc reads
                 await zygote.stop()  # a run changed its scheduling (nice, affinity): start afresh
                 zygote = self._zygote = None
             spare = {zygote.host_pid} if zygote is not None and zygote.host_pid else set()
-            await asyncio.to_thread(self._wipe, spare)
+            await asyncio.to_thread(self._wipe, spare, self._uid_used or zygote is None)
+            self._uid_used = False
             if self.spec.files:
                 await asyncio.to_thread(hostfs.write_files, self.host_workdir, self.spec.files,
                                         self.uid, self.layout.workdir)
 
-    def _wipe(self, spare: Collection[int] = ()) -> None:
-        if self.uid is not None:
+    def _wipe(self, spare: Collection[int] = (), scan: bool = True) -> None:
+        if self.uid is not None and scan:
             kill_uid(self.uid, spare)  # belt and braces: the PID namespace already killed them
         if spare:
             # The zygote's namespace has the workspace bind-mounted: a new tmpfs would not
