@@ -3,6 +3,8 @@
     backend = sandboxes.open_backend("process")          # bubblewrap, no daemon
     async with await backend.create(SandboxSpec(files={"a.py": "print(1)"})) as sb:
         result = await sb.exec(["python3", "a.py"])
+        result = await sb.exec_python(path="a.py")          # process backend: a zygote fork
+        kernel = await sb.start_process(["python3", "-i"])  # long-lived, over stdin/stdout
 
 Backends: ``process`` (bubblewrap), ``container`` (Docker Engine API: Docker or Podman),
 ``apptainer``. Backends are imported lazily so a host without the docker SDK can still use
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError,
-                   SandboxSpec)
+from .base import (ExecResult, Limits, ReadResult, ResourceVerdict, Sandbox, SandboxBackend, SandboxError,
+                   SandboxProcess, SandboxSpec)
 
 BACKENDS = ("process", "container", "apptainer")
 
@@ -33,5 +35,5 @@ def open_backend(name: str, **options: Any) -> SandboxBackend:
     raise ValueError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
-__all__ = ["BACKENDS", "ExecResult", "Limits", "ResourceVerdict", "Sandbox", "SandboxBackend",
-           "SandboxError", "SandboxSpec", "open_backend"]
+__all__ = ["BACKENDS", "ExecResult", "Limits", "ReadResult", "ResourceVerdict", "Sandbox", "SandboxBackend",
+           "SandboxError", "SandboxProcess", "SandboxSpec", "open_backend"]
