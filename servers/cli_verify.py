@@ -136,11 +136,20 @@ async def _score_inprocess(name: str, rows: list[tuple[int, dict[str, Any]]], co
 async def _score_http(name: str, url: str, rows: list[tuple[int, dict[str, Any]]], concurrency: int,
                       bar: tqdm) -> list[tuple[int, int, Any]]:
     from servers.client import EnvClient, EnvClientError
+    from servers.examples import run_script_http
 
     async with EnvClient({name: url}, max_concurrency_per_server=concurrency) as client:
+        _, info = await client.get(name, "/info")
+        stateful = bool(isinstance(info, dict) and info.get("stateful"))
+
         async def one(line: int, row: dict[str, Any]) -> tuple[int, int, Any]:
+            # Same steps as in-process: a stateful server gets seed_session + the row's _script first.
+            session, problems = await run_script_http(client, name, row, stateful)
+            if problems:
+                bar.update(1)
+                return line, 0, {"error": "session script failed", "detail": problems}
             try:
-                reply = await client.verify(name, row, raise_on_failure=True)
+                reply = await client.verify(name, row, session=session, raise_on_failure=True)
                 status = 200
             except EnvClientError as exc:
                 status, reply = exc.status or 0, exc.body if exc.body is not None else {"error": str(exc)}

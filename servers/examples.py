@@ -83,9 +83,14 @@ def compare(expected: dict[str, Any], status: int, reply: Any) -> list[str]:
     return problems
 
 
+def _wants_session(stateful: bool, row: dict[str, Any]) -> bool:
+    """Stateful environments get a session per row, except rows expected to be rejected."""
+    return stateful and (row.get(EXPECTED_KEY) or {}).get("status", 200) == 200
+
+
 async def run_script_inprocess(service: EnvService, row: dict[str, Any]) -> tuple[str | None, list[str]]:
     """seed_session + scripted tool calls, in-process. Returns (session id, problems)."""
-    if not (service.env.stateful or service.env.tools()) or EXPECTED_KEY in row and row[EXPECTED_KEY].get("status", 200) != 200:
+    if not _wants_session(bool(service.env.stateful or service.env.tools()), row):
         return None, []
     status, reply, session_id = await service.seed_session(row)
     if status != 200:
@@ -95,6 +100,23 @@ async def run_script_inprocess(service: EnvService, row: dict[str, Any]) -> tupl
         status, out = await service.call_tool(step["name"], step.get("arguments", {}), session_id)
         problems += _subset_problems(step.get("expect", {}), out, f"tool {step['name']}")
     return session_id, problems
+
+
+async def run_script_http(client: Any, env_name: str, row: dict[str, Any], stateful: bool) -> tuple[Any, list[str]]:
+    """:func:`run_script_inprocess` against a running server. Returns (session handle, problems)."""
+    from servers.client import EnvClientError
+
+    if not _wants_session(stateful, row):
+        return None, []
+    try:
+        session = await client.seed_session(env_name, row)
+    except EnvClientError as exc:
+        return None, [f"seed_session answered {exc.status}: {exc.body}"]
+    problems: list[str] = []
+    for step in row.get(SCRIPT_KEY, []):
+        _, out = await client.call_tool(session, step["name"], step.get("arguments", {}))
+        problems += _subset_problems(step.get("expect", {}), out, f"tool {step['name']}")
+    return session, problems
 
 
 async def check_inprocess(service: EnvService, rows: list[tuple[int, dict[str, Any]]]) -> list[ExampleResult]:
@@ -116,13 +138,7 @@ async def check_http(client: Any, env_name: str, rows: list[tuple[int, dict[str,
     results = []
     for line, row in rows:
         expected = row.get(EXPECTED_KEY, {})
-        problems: list[str] = []
-        session = None
-        if stateful and expected.get("status", 200) == 200:
-            session = await client.seed_session(env_name, row)
-            for step in row.get(SCRIPT_KEY, []):
-                _, out = await client.call_tool(session, step["name"], step.get("arguments", {}))
-                problems += _subset_problems(step.get("expect", {}), out, f"tool {step['name']}")
+        session, problems = await run_script_http(client, env_name, row, stateful)
         try:
             reply = await client.verify(env_name, row, session=session, raise_on_failure=True)
             status = 200

@@ -210,11 +210,18 @@ def test_serve_ports_overrides_and_sigterm_drains(tmp_path, capsys):
         assert probe_config["cpu_workers"] == 1 and probe_config["verify_timeout_s"] == 20
         assert other_config["case_sensitive"] is True and other_config["verify_timeout_s"] == 20
         # envs verify --url against the running server
+        # A session row scores 1 only if its _script ran in a seeded session, over HTTP as in-process
+        # (--url used to skip seed_session and the script, so stateful rows scored differently).
+        session_row = {**probe_row("session", target=2), "_script": [{"name": "bump", "arguments": {"by": 2}}]}
         data = tmp_path / "rows.jsonl"
-        data.write_text(json.dumps(probe_row()) + "\n" + json.dumps(probe_row(text="no")) + "\n")
+        data.write_text("\n".join(json.dumps(r) for r in (probe_row(), probe_row(text="no"), session_row)) + "\n")
         assert main(["--env-path", str(ENV_DIR), "verify", "probe", "--data", str(data), "--url",
                      ready["urls"]["probe"], "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["mean_reward"] == 0.5
+        over_http = json.loads(capsys.readouterr().out)
+        assert main(["--env-path", str(ENV_DIR), "verify", "probe", "--data", str(data), "--json",
+                     "cpu_workers=1"]) == 0
+        assert over_http == json.loads(capsys.readouterr().out)
+        assert over_http["mean_reward"] == pytest.approx(2 / 3) and over_http["scored"] == 3
         # SIGTERM while a slow verification is in flight: it completes, everything exits 0
         result: dict = {}
         slow = threading.Thread(target=lambda: result.update(
