@@ -211,18 +211,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if generate is None:
         raise UsageError(f"environment {args.name!r} has no generate(): its rows come from a dataset, not a generator")
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
-    out = open(args.output, "wb") if args.output else sys.stdout.buffer
-    written = 0
+    # Written next to the target and renamed at the end: a bad option no longer leaves an
+    # empty or half-written file where the rows should be.
+    partial = Path(f"{args.output}.partial") if args.output else None
+    out = partial.open("wb") if partial else sys.stdout.buffer
+    written, finished = 0, False
     try:
         rows = generate(tasks=tasks, size=args.size, seed=args.seed, **_overrides(args.overrides))
         for row in tqdm(rows, total=args.size, desc=f"generate {args.name}", unit="row", disable=args.output is None):
             out.write(orjson.dumps(row) + b"\n")
             written += 1
+        finished = True
     except (ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{args.name}.generate: {exc}") from None
     finally:
-        if args.output:
+        if partial:
             out.close()
+            if finished:
+                partial.replace(args.output)
+            else:
+                partial.unlink(missing_ok=True)
     if args.output:
         print(f"wrote {written} rows to {args.output}", file=sys.stderr)
     return 0

@@ -134,6 +134,9 @@ def test_generate_and_prepare(tmp_path, capsys):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["expected_answer"] for r in rows] == ["alpha-3-0_x", "beta-3-1_x", "alpha-3-2_x", "beta-3-3_x"]
     assert main(["--env-path", str(ENV_DIR), "generate", "probe", "--tasks", "gamma"]) == 2
+    bad_out = tmp_path / "bad.jsonl"  # a failed generate leaves no (empty) output file behind
+    assert main(["--env-path", str(ENV_DIR), "generate", "probe", "--tasks", "gamma", "--output", str(bad_out)]) == 2
+    assert not bad_out.exists() and not list(tmp_path.glob("bad.jsonl*"))
     assert "unknown tasks" in capsys.readouterr().err
     assert main(["--env-path", str(ENV_DIR), "prepare", "probe", "--data", str(out), "cpu_call_timeout_s=2"]) == 0
     assert json.loads(capsys.readouterr().out) == {"prepared": 4, "cpu_call_timeout_s": 2}
