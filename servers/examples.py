@@ -76,9 +76,10 @@ def compare(expected: dict[str, Any], status: int, reply: Any) -> list[str]:
     if got_failure != expected.get("failure_class"):
         problems.append(f"failure class {got_failure!r}, expected {expected.get('failure_class')!r}: "
                         f"{str(reply.get('_ng_failure_detail'))[:300]}")
-    if "reward" in expected and not math.isclose(float(reply.get("reward", math.nan)), float(expected["reward"]),
-                                                  abs_tol=1e-6):
-        problems.append(f"reward {reply.get('reward')}, expected {expected['reward']}")
+    got_reward = reply.get("reward")
+    if "reward" in expected and not (isinstance(got_reward, (int, float)) and
+                                     math.isclose(float(got_reward), float(expected["reward"]), abs_tol=1e-6)):
+        problems.append(f"reward {got_reward!r}, expected {expected['reward']}")
     problems += _subset_problems(expected.get("fields", {}), reply, "reply")
     return problems
 

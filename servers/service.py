@@ -175,8 +175,11 @@ class EnvService:
             log.exception("seed_session failed in %s", self.env.name)
             failure = FailureClass.TIMEOUT if isinstance(exc, asyncio.TimeoutError) else FailureClass.SANDBOX_ERROR \
                 if "sandbox" in type(exc).__name__.lower() else FailureClass.VERIFIER_ERROR
-            return 500, {"error": f"seed_session failed: {type(exc).__name__}: {exc}", "detail": None,
-                         FAILURE_CLASS_KEY: failure.value}, None
+            # Infrastructure trouble is retryable (503 + Retry-After, the client backs off);
+            # a verifier bug is not (500).
+            status = 500 if failure is FailureClass.VERIFIER_ERROR else 503
+            return status, {"error": f"seed_session failed: {type(exc).__name__}: {exc}", "detail": None,
+                            FAILURE_CLASS_KEY: failure.value}, None
         session = self.sessions.add(state)
         return 200, {"session_id": session.id}, session.id
 
