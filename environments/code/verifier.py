@@ -50,7 +50,7 @@ class CodeConfig(EnvConfig):
     sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options.")
     python: str | None = Field(None, description="Interpreter inside the sandbox; null = the sandbox's own "
                                "(the server's, served by the backend's exec_python: a pre-forked zygote).")
-    sandbox_pool_size: int = Field(8, ge=0, description="Warm sandboxes kept ready (reset between verifications); "
+    sandbox_pool_size: int = Field(0, ge=0, description="Warm sandboxes kept ready (reset between verifications); "
                                    "0 = a fresh sandbox per verification.")
     sandbox_pool_max: int = Field(32, ge=1, description="Most pooled sandboxes alive at once (pool only).")
     test_timeout_s: float = Field(6.0, gt=0, description="Wall-clock limit per unit test (LiveCodeBench: 6).")
