@@ -22,7 +22,7 @@ def add_parser(subparsers: Any) -> None:
         description="Async GRPO with in-flight weight updates and bounded policy lag (NeMo-RL semantics). "
                     "Trailing key=value arguments override any config key, e.g. grpo.num_generations_per_prompt=16.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Outputs in logger.log_dir: metrics.jsonl, reward_curve.png, config.yaml, checkpoints/ "
+        epilog="Outputs in logger.log_dir: metrics.jsonl, reward_curve.png, summary.json, config.yaml, checkpoints/ "
                "(rerunning the same command resumes from the latest checkpoint).")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotlist config overrides")
     p.add_argument("-c", "--config", default="tiny", help="config name in trainer/configs/ or a YAML path (default: tiny)")

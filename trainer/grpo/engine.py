@@ -8,6 +8,7 @@ is the same loop with max age 0: batch s+1 can only be admitted by weights of ve
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -179,6 +180,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             result.summary["reward_curve"] = str(plot_reward_curve(read_jsonl(log_dir / "metrics.jsonl"), log_dir / "reward_curve.png"))
         except Exception as exc:  # the plot is a convenience; never fail a finished run on it
             result.summary["reward_curve_error"] = str(exc)
+        (log_dir / "summary.json").write_text(json.dumps(result.summary, indent=1) + "\n")
         return result
     finally:
         if comps is not None:

@@ -109,7 +109,7 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
                            token_mask=token_mask[i:j, :t], sample_mask=sample_mask[i:j].float())
             loss, st = clipped_pg_loss(x, lc, toks, seqs)
             loss.backward()
-            total += float(loss)
+            total += float(loss.detach())
             stats.add(st)
             ent_sum += float((ent.detach() * token_mask[i:j, :t]).sum())
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), pc.max_grad_norm or float("inf"))

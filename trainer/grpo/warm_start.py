@@ -61,7 +61,7 @@ def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStar
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     model.eval()
     return {"warm_start/steps": cfg.num_steps, "warm_start/examples": len(pairs), "warm_start/first_loss": losses[0],
             "warm_start/final_loss": sum(losses[-10:]) / len(losses[-10:]), "warm_start/seconds": time.perf_counter() - t0}
