@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sandboxes import SandboxError, SandboxSpec, open_backend
-from sandboxes.base import Sandbox, SandboxBackend
+from sandboxes import SandboxError, SandboxSpec
+from sandboxes.base import Sandbox
+from sandboxes.env_support import SandboxConfig, SandboxedEnvironment
 from sandboxes.pool import SandboxPool
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
@@ -45,9 +46,7 @@ class CodeRow(RowModel):
     verifier_metadata: VerifierMetadata
 
 
-class CodeConfig(EnvConfig):
-    sandbox_backend: str = Field("process", description="sandboxes.open_backend name: process | container | apptainer.")
-    sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options.")
+class CodeConfig(SandboxConfig, EnvConfig):
     python: str | None = Field(None, description="Interpreter inside the sandbox; null = the sandbox's own "
                                "(the server's, served by the backend's exec_python: a pre-forked zygote).")
     sandbox_pool_size: int = Field(0, ge=0, description="Warm sandboxes kept ready (reset between verifications); "
@@ -64,7 +63,7 @@ class CodeConfig(EnvConfig):
     float_tolerance: float = Field(1e-6, ge=0, description="Numeric tolerance when outputs differ as text; 0 = exact.")
 
 
-class CodeEnv(Environment):
+class CodeEnv(SandboxedEnvironment, Environment):
     name = "code"
     domain = "coding"
     summary = "Competition Python code run against unit tests (stdin/stdout or fn_name) in a sandbox."
@@ -74,12 +73,11 @@ class CodeEnv(Environment):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.backend: SandboxBackend | None = None
         self.pool: SandboxPool | None = None
 
     async def setup(self) -> None:
+        await super().setup()
         cfg = self.config
-        self.backend = open_backend(cfg.sandbox_backend, **cfg.sandbox_options)
         if cfg.sandbox_pool_size:
             self.pool = SandboxPool(self.backend, SandboxSpec(), size=cfg.sandbox_pool_size,
                                     max_size=max(cfg.sandbox_pool_size, cfg.sandbox_pool_max))
@@ -88,13 +86,7 @@ class CodeEnv(Environment):
     async def close(self) -> None:
         if self.pool is not None:
             await self.pool.close()
-        if self.backend is not None:
-            await self.backend.close()
-
-    async def health(self) -> dict[str, Any]:
-        if self.backend is None:
-            return {"ok": False, "error": "sandbox backend not opened"}
-        return await self.backend.health()
+        await super().close()
 
     def settings(self) -> RunSettings:
         cfg = self.config
@@ -116,7 +108,6 @@ class CodeEnv(Environment):
         if code is None:
             return Verdict(0.0, extras={**extras, "first_failure": "NO_CODE", "verdicts": []})
         tests = row.verifier_metadata.unit_tests
-        assert self.backend is not None, "setup() was not called"
         try:
             if self.pool is not None:
                 # Reset (workspace wiped, leftovers killed) before the next holder gets it.

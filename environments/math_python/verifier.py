@@ -20,8 +20,9 @@ from pydantic import BaseModel, Field, field_validator
 
 from environments.math.extract import extract_answer
 from environments.math.verifier import ExtractionRule, score_final_answer
-from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
-from sandboxes.base import Sandbox, SandboxBackend, SandboxProcess
+from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec
+from sandboxes.base import Sandbox, SandboxProcess
+from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
 from servers.environment import EnvConfig, Environment, ToolError, Verdict, tool
 from servers.wire import ResponseObject, RowModel
 
@@ -40,14 +41,11 @@ class MathPythonRow(RowModel):
         return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
-class MathPythonConfig(EnvConfig):
-    sandbox_backend: str = Field("process", description="sandboxes.open_backend name.")
-    sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options.")
+class MathPythonConfig(SandboxLimitsConfig, EnvConfig):
     python: str | None = Field(None, description="Interpreter inside the sandbox; null = the server's own.")
     call_timeout_s: float = Field(20.0, gt=0, description="Wall-clock limit of one tool call (replay mode: replay + new cell).")
     memory_mb: int = Field(2048, ge=128, description="Address-space limit of a call (numpy/scipy/pandas need room).")
     max_processes: int = Field(32, ge=4, description="Processes a cell may run at once.")
-    max_output_bytes: int = Field(1 << 20, ge=1024, description="Output captured per stream; past it the cell is killed.")
     max_output_chars: int = Field(8000, ge=100, description="Characters of stdout/stderr returned to the model.")
     max_cells: int = Field(64, ge=1, description="Cells per session; later calls get an error.")
     persistent_kernel: bool = Field(True, description="One long-lived kernel per session where the backend "
@@ -88,7 +86,7 @@ def _clip(text: str, limit: int) -> tuple[str, bool]:
     return text[:half] + f"\n... [{len(text) - limit} characters cut] ...\n" + text[-half:], True
 
 
-class MathPythonEnv(Environment):
+class MathPythonEnv(SandboxedEnvironment, Environment):
     name = "math_python"
     domain = "math"
     summary = "Math with a stateful sandboxed Python tool (execute_python); final answer scored like math."
@@ -99,38 +97,18 @@ class MathPythonEnv(Environment):
     uses_cpu_pool = True
     cpu_pool_preload = ("sympy", "math_verify", "environments.math.scoring")
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.backend: SandboxBackend | None = None
-
-    async def setup(self) -> None:
-        self.backend = open_backend(self.config.sandbox_backend, **self.config.sandbox_options)
-
-    async def close(self) -> None:
-        if self.backend is not None:
-            await self.backend.close()
-
-    async def health(self) -> dict[str, Any]:
-        return await self.backend.health() if self.backend else {"ok": False, "error": "backend not opened"}
-
     def _limits(self) -> Limits:
-        cfg = self.config
-        return Limits(wall_s=cfg.call_timeout_s, cpu_s=cfg.call_timeout_s, memory_mb=cfg.memory_mb,
-                      max_processes=cfg.max_processes, max_output_bytes=cfg.max_output_bytes)
+        return self.config.limits(self.config.call_timeout_s)
 
     def _kernel_limits(self) -> Limits:
         # A kernel lives for the whole session: its CPU rlimit is the session's budget (every
         # cell at its wall limit, plus one replay); each cell is bounded by call_timeout_s.
-        cfg = self.config
-        budget = cfg.call_timeout_s * (cfg.max_cells + 1)
-        return Limits(wall_s=budget, cpu_s=budget, memory_mb=cfg.memory_mb, max_processes=cfg.max_processes,
-                      max_output_bytes=cfg.max_output_bytes)
+        return self.config.limits(self.config.call_timeout_s * (self.config.max_cells + 1))
 
     def _uses_kernel(self, session: Session) -> bool:
         return self.config.persistent_kernel and session.sandbox.supports_processes
 
     async def seed_session(self, row: dict[str, Any]) -> Session:
-        assert self.backend is not None, "setup() was not called"
         return Session(await self.backend.create(SandboxSpec(limits=self._limits())))
 
     async def close_session(self, state: Session | None) -> None:

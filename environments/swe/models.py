@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, field_validator
 
 from environments.swe.patches import files_in_patch
+from sandboxes.env_support import SandboxLimitsConfig
 from servers.environment import EnvConfig
 from servers.wire import RowModel
 
@@ -42,9 +43,8 @@ class SweRow(RowModel):
         return files_in_patch(self.test_patch) if self.test_patch else []
 
 
-class SweConfig(EnvConfig):
+class SweConfig(SandboxLimitsConfig, EnvConfig):
     sandbox_backend: Literal["container", "apptainer"] = Field("container", description="sandboxes.open_backend name.")
-    sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options (base_url, cpus...).")
     sandbox_env: dict[str, str] = Field(default_factory=dict, description="Environment variables of every sandbox (e.g. PYTHONDONTWRITEBYTECODE).")
     image_template: str = Field("swebench/sweb.eval.x86_64.{instance_id_1776}:latest",
                                 description="Container image of a row without 'image'. Fields: instance_id, instance_id_1776, repo, repo_slug, version, image_prefix.")

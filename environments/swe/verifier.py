@@ -19,6 +19,7 @@ import asyncio
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,9 @@ from environments.swe.grading import GradeInputs, grade_in_sandbox
 from environments.swe.images import ContainerImages, ImageUnavailable, SifImages, template_vars
 from environments.swe.models import SweConfig, SweRow
 from environments.swe.patches import extract_patch, normalize_patch
-from sandboxes import Limits, SandboxError, SandboxSpec, open_backend
-from sandboxes.base import Sandbox, SandboxBackend
+from sandboxes import SandboxError, SandboxSpec
+from sandboxes.base import Sandbox
+from sandboxes.env_support import SandboxedEnvironment
 from sandboxes.pool import SandboxPool
 from servers.environment import Environment, SessionError, ToolError, Verdict, tool
 from servers.wire import FailureClass, ResponseObject
@@ -48,7 +50,7 @@ def command_for_tests(row: SweRow, cfg: SweConfig) -> str:
     return " ".join([base, *(shlex.quote(f) for f in files)])
 
 
-class SweEnvironment(Environment):
+class SweEnvironment(SandboxedEnvironment, Environment):
     name = "swe"
     domain = "coding"
     summary = "Repository patch graded SWE-bench style in a fresh container (git apply, test patch, FAIL_TO_PASS/PASS_TO_PASS); agent sessions with exec/edit tools"
@@ -56,10 +58,10 @@ class SweEnvironment(Environment):
     Row = SweRow
     Config = SweConfig
     stateful = True
+    open_backend_at_setup = False  # the server starts without a container engine; /health says what is missing
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._backend: SandboxBackend | None = None
         self._images: ContainerImages | SifImages | None = None
         self._pools: dict[str, SandboxPool] = {}
 
@@ -67,12 +69,6 @@ class SweEnvironment(Environment):
     @property
     def cfg(self) -> SweConfig:
         return self.config  # type: ignore[return-value]
-
-    @property
-    def backend(self) -> SandboxBackend:
-        if self._backend is None:
-            self._backend = open_backend(self.cfg.sandbox_backend, **self.cfg.sandbox_options)
-        return self._backend
 
     @property
     def images(self) -> ContainerImages | SifImages:
@@ -89,10 +85,7 @@ class SweEnvironment(Environment):
         return self._images
 
     async def health(self) -> dict[str, Any]:
-        try:
-            backend = await self.backend.health()
-        except Exception as exc:  # e.g. the docker SDK missing
-            backend = {"ok": False, "error": str(exc)}
+        backend = await super().health()
         if not backend.get("ok"):
             backend.setdefault("hint", "the swe env needs a container engine: run scripts/ci_podman.sh "
                                        "(Podman's Docker API) or set DOCKER_HOST / sandbox_options.base_url")
@@ -103,8 +96,7 @@ class SweEnvironment(Environment):
         for pool in self._pools.values():
             await pool.close()
         self._pools.clear()
-        if self._backend is not None:
-            await self._backend.close()
+        await super().close()
         if self._images is not None:
             self._images.close()
 
@@ -130,9 +122,7 @@ class SweEnvironment(Environment):
     def _spec(self, image: str, row: SweRow) -> SandboxSpec:
         cfg = self.cfg
         workdir = WORKSPACE if cfg.sandbox_backend == "apptainer" else (row.repo_dir or cfg.repo_dir)
-        limits = Limits(wall_s=cfg.test_timeout_s, cpu_s=cfg.test_timeout_s, memory_mb=cfg.memory_mb,
-                        max_processes=cfg.max_processes, max_file_mb=1024, max_open_files=1024,
-                        max_output_bytes=cfg.max_output_bytes)
+        limits = replace(cfg.limits(cfg.test_timeout_s), max_file_mb=1024, max_open_files=1024)
         return SandboxSpec(image=image, workdir=workdir, limits=limits, env=dict(cfg.sandbox_env))
 
     async def _create(self, spec: SandboxSpec) -> Sandbox:

@@ -19,8 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
-from sandboxes.base import Sandbox, SandboxBackend, SandboxProcess
+from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec
+from sandboxes.base import Sandbox, SandboxProcess
+from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
 from servers.environment import EnvConfig, Environment, SessionError, ToolError, Verdict, tool
 from servers.wire import FailureClass, ResponseObject, RowModel
 
@@ -42,16 +43,11 @@ class TerminalRow(RowModel):
         return files
 
 
-class TerminalConfig(EnvConfig):
-    sandbox_backend: str = Field("process", description="sandboxes.open_backend name.")
-    sandbox_options: dict[str, Any] = Field(default_factory=dict, description="Backend constructor options.")
+class TerminalConfig(SandboxLimitsConfig, EnvConfig):  # memory_mb, max_processes, max_output_bytes: the defaults
     command_timeout_s: float = Field(30.0, gt=0, description="Default wall-clock limit of one /exec command.")
     max_command_timeout_s: float = Field(120.0, gt=0, description="Largest timeout_s a call may ask for.")
     setup_timeout_s: float = Field(60.0, gt=0, description="Limit of each setup command.")
     check_timeout_s: float = Field(60.0, gt=0, description="Limit of the check command.")
-    memory_mb: int = Field(2048, ge=64, description="Address-space limit per process.")
-    max_processes: int = Field(64, ge=4, description="Processes at once inside the sandbox.")
-    max_output_bytes: int = Field(1 << 20, ge=1024, description="Output captured per stream; past it the command is killed.")
     max_output_chars: int = Field(10000, ge=100, description="Characters of each stream returned to the model.")
     persistent_shell: bool = Field(True, description="One shell per session (cwd, variables, background jobs persist) "
                                    "where the backend supports it; false = a fresh sh -c per command.")
@@ -121,7 +117,7 @@ def _tail(data: bytes, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else ("[... cut ...]\n" + text[-limit:], True)
 
 
-class TerminalEnv(Environment):
+class TerminalEnv(SandboxedEnvironment, Environment):
     name = "terminal"
     domain = "agent"
     summary = "Shell tasks in a per-rollout sandbox: tool /exec, reward = the row's check command exits 0."
@@ -130,28 +126,11 @@ class TerminalEnv(Environment):
     Config = TerminalConfig
     stateful = True
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.backend: SandboxBackend | None = None
-
-    async def setup(self) -> None:
-        self.backend = open_backend(self.config.sandbox_backend, **self.config.sandbox_options)
-
-    async def close(self) -> None:
-        if self.backend is not None:
-            await self.backend.close()
-
-    async def health(self) -> dict[str, Any]:
-        return await self.backend.health() if self.backend else {"ok": False, "error": "backend not opened"}
-
     def _limits(self, wall_s: float) -> Limits:
-        cfg = self.config
-        return Limits(wall_s=wall_s, cpu_s=wall_s, memory_mb=cfg.memory_mb, max_processes=cfg.max_processes,
-                      max_output_bytes=cfg.max_output_bytes)
+        return self.config.limits(wall_s)
 
     async def _prepared(self, row: TerminalRow) -> Sandbox:
         """A sandbox with the row's setup done. SessionError = the row's setup is broken."""
-        assert self.backend is not None, "setup() was not called"
         sandbox = await self.backend.create(SandboxSpec(files=dict(row.setup_files)))
         try:
             for command in row.setup_commands:
