@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import (ExecResult, Limits, ReadResult, ResourceVerdict, Sandbox, SandboxBackend, SandboxError,
-                   SandboxProcess, SandboxSpec)
+                   SandboxPathError, SandboxProcess, SandboxSpec)
 
 BACKENDS = ("process", "container", "apptainer")
 
@@ -36,4 +36,4 @@ def open_backend(name: str, **options: Any) -> SandboxBackend:
 
 
 __all__ = ["BACKENDS", "ExecResult", "Limits", "ReadResult", "ResourceVerdict", "Sandbox", "SandboxBackend",
-           "SandboxError", "SandboxProcess", "SandboxSpec", "open_backend"]
+           "SandboxError", "SandboxPathError", "SandboxProcess", "SandboxSpec", "open_backend"]

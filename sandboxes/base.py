@@ -11,7 +11,9 @@ Contract
   is reported in ``ExecResult.verdict``. It raises :class:`SandboxError` only when the
   *infrastructure* fails (backend missing, container died), which callers map to the
   ``sandbox_error`` failure class.
-* ``upload(files)``, ``download(path)``, ``reset()``, ``destroy()``.
+* ``upload(files)``, ``download(path)``, ``reset()``, ``destroy()``. A path the workspace's
+  contents make unusable (a directory or symlink where a file goes) raises
+  :class:`SandboxPathError`, a subclass of ``SandboxError`` callers can tell apart.
 * ``await sandbox.exec_python(path=... | code=..., ...) -> ExecResult`` — run Python with the
   sandbox's interpreter; a backend may serve it from a pre-forked interpreter (the process
   backend's zygote: no interpreter start-up per run). Same verdicts as ``exec``.
@@ -30,6 +32,14 @@ from typing import Mapping, Sequence
 
 class SandboxError(RuntimeError):
     """Infrastructure failure (not the sandboxed program's fault). Maps to failure class ``sandbox_error``."""
+
+
+class SandboxPathError(SandboxError):
+    """A workspace path cannot be written or read as asked because of what is there: a
+    directory, a symlink or a file where the program (or the caller's own files) put one,
+    or a path leading out of the workspace. The program's doing, not infrastructure: a
+    caller scoring the program catches it before :class:`SandboxError`. A subclass so that
+    code which only knows ``SandboxError`` still fails cleanly."""
 
 
 class ResourceVerdict(str, enum.Enum):

@@ -18,11 +18,15 @@ import stat
 from pathlib import Path
 from typing import Mapping
 
-from .base import SandboxError
+from .base import SandboxError, SandboxPathError
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _MS_NOSUID, _MS_NODEV = 0x2, 0x4
 _MNT_DETACH = 0x2
+# What a path the workspace's contents block gives: a directory where a file goes (EISDIR),
+# a symlink (ELOOP: O_NOFOLLOW), a file where a directory goes (ENOTDIR, EEXIST), write
+# bits taken away (EACCES, EPERM). Any other OSError is the host's problem.
+_PATH_ERRNOS = frozenset({errno.EISDIR, errno.ELOOP, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM})
 
 
 def is_root() -> bool:
@@ -94,31 +98,41 @@ def _resolve_inside(root: Path, rel: str) -> Path:
     real = Path(os.path.realpath(root / rel))
     root_real = Path(os.path.realpath(root))
     if real != root_real and root_real not in real.parents:
-        raise SandboxError(f"path {rel!r} escapes the sandbox workspace")
+        raise SandboxPathError(f"path {rel!r} escapes the sandbox workspace")
     return real
 
 
 def write_files(root: Path, files: Mapping[str, bytes | str], owner: int | None,
                 workdir_in_sandbox: str) -> None:
+    """Write ``files`` into the workspace. SandboxPathError: what is in the workspace blocks
+    a path (see ``_PATH_ERRNOS``); SandboxError: anything else went wrong on the host."""
     for rel, content in files.items():
-        if os.path.isabs(rel):
-            # Absolute paths are accepted only inside the sandbox's own workdir.
-            if not (rel == workdir_in_sandbox or rel.startswith(workdir_in_sandbox.rstrip("/") + "/")):
-                raise SandboxError(f"cannot upload to {rel!r}: outside the workdir")
-            rel = os.path.relpath(rel, workdir_in_sandbox)
-        parent = _resolve_inside(root, os.path.dirname(rel) or ".")
-        _makedirs_owned(root, parent, owner)
-        target = parent / os.path.basename(rel)
-        data = content.encode() if isinstance(content, str) else bytes(content)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
-            view = memoryview(data)
-            while view:  # os.write may write less than asked for large buffers
-                view = view[os.write(fd, view):]
-            if owner is not None:
-                os.fchown(fd, owner, owner)
-        finally:
-            os.close(fd)
+            _write_one(root, rel, content, owner, workdir_in_sandbox)
+        except OSError as exc:
+            error = SandboxPathError if exc.errno in _PATH_ERRNOS else SandboxError
+            raise error(f"cannot upload {rel!r}: {exc.strerror or exc}") from exc
+
+
+def _write_one(root: Path, rel: str, content: bytes | str, owner: int | None, workdir_in_sandbox: str) -> None:
+    if os.path.isabs(rel):
+        # Absolute paths are accepted only inside the sandbox's own workdir.
+        if not (rel == workdir_in_sandbox or rel.startswith(workdir_in_sandbox.rstrip("/") + "/")):
+            raise SandboxError(f"cannot upload to {rel!r}: outside the workdir")
+        rel = os.path.relpath(rel, workdir_in_sandbox)
+    parent = _resolve_inside(root, os.path.dirname(rel) or ".")
+    _makedirs_owned(root, parent, owner)
+    target = parent / os.path.basename(rel)
+    data = content.encode() if isinstance(content, str) else bytes(content)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:  # os.write may write less than asked for large buffers
+            view = view[os.write(fd, view):]
+        if owner is not None:
+            os.fchown(fd, owner, owner)
+    finally:
+        os.close(fd)
 
 
 def _makedirs_owned(root: Path, path: Path, owner: int | None) -> None:
@@ -142,7 +156,7 @@ def read_file(root: Path, rel: str, max_bytes: int, workdir_in_sandbox: str) -> 
     fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SandboxError(f"{rel!r} is not a regular file")
+            raise SandboxPathError(f"{rel!r} is not a regular file")
         chunks, size = [], 0
         while True:
             chunk = os.read(fd, 1 << 20)

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec
+from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxPathError, SandboxSpec
 from sandboxes.base import Sandbox, SandboxProcess
 from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
 from servers.environment import EnvConfig, Environment, SessionError, ToolError, Verdict, tool
@@ -131,7 +131,10 @@ class TerminalEnv(SandboxedEnvironment, Environment):
 
     async def _prepared(self, row: TerminalRow) -> Sandbox:
         """A sandbox with the row's setup done. SessionError = the row's setup is broken."""
-        sandbox = await self.backend.create(SandboxSpec(files=dict(row.setup_files)))
+        try:
+            sandbox = await self.backend.create(SandboxSpec(files=dict(row.setup_files)))
+        except SandboxPathError as exc:  # e.g. both "a" and "a/b" in setup_files
+            raise SessionError(f"setup files cannot be written: {exc}") from exc
         try:
             for command in row.setup_commands:
                 result = await sandbox.exec(command, timeout=self.config.setup_timeout_s,
@@ -245,6 +248,7 @@ class TerminalEnv(SandboxedEnvironment, Environment):
             return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc))
         except SandboxError as exc:
             return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc))
+        commands_run = session.commands if session else 0
         try:
             if row.check_files:
                 if session is not None:
@@ -253,14 +257,20 @@ class TerminalEnv(SandboxedEnvironment, Environment):
                 await sandbox.upload(dict(row.check_files))
             result = await sandbox.exec(row.check_command, timeout=cfg.check_timeout_s,
                                         limits=self._limits(cfg.check_timeout_s))
-        except (SandboxError, OSError) as exc:
+        except SandboxPathError as exc:
+            if session is None:  # only the row's own setup ran: its files and check files collide
+                return Verdict.failure(FailureClass.VERIFIER_ERROR, f"check files cannot be written: {exc}")
+            # What the model left in the workspace still blocks a check file (e.g. a background
+            # job recreated it after clear_paths_script): the task is not solved.
+            return Verdict(0.0, extras={"check_error": str(exc), "commands_run": commands_run})
+        except SandboxError as exc:
             return Verdict.failure(FailureClass.SANDBOX_ERROR, f"{type(exc).__name__}: {exc}")
         finally:
             if session is None:
                 await sandbox.destroy()
         extras = {"check_exit_code": result.exit_code, "check_verdict": result.verdict.value,
                   "check_output": (result.text("stdout") + result.text("stderr"))[-2000:],
-                  "commands_run": session.commands if session else 0}
+                  "commands_run": commands_run}
         if result.verdict is ResourceVerdict.TIMEOUT:
             # The model may have left the workspace in a state that hangs the check: its fault.
             return Verdict(0.0, extras=extras)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from servers import registry
@@ -109,6 +111,33 @@ async def test_file_paths_outside_the_workspace_are_a_bad_row(client, files):
     with pytest.raises(EnvClientError) as err:
         await c.verify("terminal", row, DONE)
     assert err.value.status == 422
+
+
+async def test_colliding_row_files_are_a_bad_row_not_a_sandbox_failure(client):
+    c, _ = client
+    row = {**TASK, "setup_files": {"a": "1", "a/b": "2"}}  # "a" is both a file and a directory
+    with pytest.raises(EnvClientError) as err:
+        await c.seed_session("terminal", row)
+    assert err.value.status == 422
+    row = {**TASK, "setup_files": {"x": "1"}, "check_files": {"x/check.sh": "exit 0\n"}}
+    reply = await c.verify("terminal", row, DONE)  # no session: only the row's own setup ran
+    assert reply["_ng_failure_class"] == "verifier_error" and "x/check.sh" in reply["_ng_failure_detail"], reply
+
+
+async def test_check_file_the_model_keeps_blocking_scores_zero(client):
+    # A background job re-creates a directory at the check file's path right after the
+    # clean-up removed it: the upload fails because of the model, so reward 0, not a
+    # sandbox_error that would drop the rollout (the upload used to raise a raw OSError).
+    c, _ = client
+    session = await c.seed_session("terminal", TASK)
+    blocker = "import os\nwhile True:\n    try:\n        os.mkdir('check.sh')\n    except OSError:\n        pass\n"
+    _, out = await c.call_tool(session, "exec", {"command": f"echo 12 > total.txt; python3 -c {shlex.quote(blocker)} &"})
+    assert out["exit_code"] == 0, out
+    _, out = await c.call_tool(session, "exec", {"command": "until [ -d check.sh ]; do sleep 0.05; done"})
+    assert out["exit_code"] == 0, out  # the blocker runs
+    reply = await c.verify("terminal", TASK, DONE, session=session)
+    assert reply["reward"] == 0.0 and "_ng_failure_class" not in reply, reply
+    assert "check.sh" in reply["check_error"] and reply["commands_run"] == 2
 
 
 async def test_commands_the_shell_cannot_take_are_rejected_as_arguments(client):

@@ -1,0 +1,57 @@
+"""Uploads into a workspace the program has changed: what is the program's doing
+(SandboxPathError) and what is the host's (SandboxError), never a raw OSError."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from sandboxes import SandboxError, SandboxPathError, SandboxSpec
+from sandboxes import hostfs
+
+
+@pytest.mark.parametrize("setup, path", [
+    (lambda root: (root / "check.sh").mkdir(), "check.sh"),                       # a directory where the file goes
+    (lambda root: (root / "check.sh").symlink_to(root / "elsewhere"), "check.sh"),  # a symlink (never followed)
+    (lambda root: (root / "sub").write_text("x"), "sub/check.sh"),                 # a file where a directory goes
+])
+def test_blocked_paths_are_path_errors(tmp_path, setup, path):
+    setup(tmp_path)
+    with pytest.raises(SandboxPathError, match="cannot upload"):
+        hostfs.write_files(tmp_path, {path: "exit 0\n"}, None, "/workspace")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_escaping_symlink_is_a_path_error(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "out").symlink_to(tmp_path)
+    with pytest.raises(SandboxPathError, match="escapes"):
+        hostfs.write_files(tmp_path / "work", {"out/x": "1"}, None, "/workspace")
+
+
+def test_other_os_errors_are_infrastructure(tmp_path, monkeypatch):
+    def broken_open(*_args, **_kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(hostfs.os, "open", broken_open)
+    with pytest.raises(SandboxError) as caught:
+        hostfs.write_files(tmp_path, {"a.txt": "1"}, None, "/workspace")
+    assert not isinstance(caught.value, SandboxPathError) and "Input/output error" in str(caught.value)
+
+
+async def test_upload_over_what_the_program_made(sandbox):
+    res = await sandbox.exec("mkdir -p check.sh/inner && ln -s /etc/passwd link && echo x > plain")
+    assert res.ok, res.text("stderr")
+    for path in ("check.sh", "link", "plain/under"):
+        with pytest.raises(SandboxPathError):
+            await sandbox.upload({path: "exit 0\n"})
+    await sandbox.upload({"fine/new.txt": "ok"})  # everything else still works
+    assert await sandbox.download("fine/new.txt") == b"ok"
+    assert os.path.isdir(sandbox.host_workdir / "check.sh")
+
+
+async def test_create_with_colliding_spec_files(process_backend):
+    with pytest.raises(SandboxPathError):
+        await process_backend.create(SandboxSpec(files={"a": "1", "a/b": "2"}))
