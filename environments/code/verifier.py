@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sandboxes import SandboxError, SandboxSpec
 from sandboxes.base import Sandbox
@@ -28,6 +28,12 @@ class UnitTests(BaseModel):
     inputs: list[str] = Field(min_length=1)
     outputs: list[str] = Field(min_length=1)
     fn_name: str | None = None  # call-based (LeetCode style) when set; stdin/stdout otherwise
+
+    @field_validator("fn_name")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        # Datasets write "" for stdin/stdout problems; as a name it made every test a failed call.
+        return value if value is None or value.strip() else None
 
     @model_validator(mode="after")
     def _same_length(self) -> "UnitTests":

@@ -106,6 +106,15 @@ async def test_call_based_printing_does_not_count_as_return_value(service):
     assert reply["verdicts"] == ["WA"]  # returned None; the printed 6 is not the result
 
 
+@pytest.mark.parametrize("blank", ["", "   "])
+async def test_blank_fn_name_means_stdin_stdout(service, blank):
+    # Datasets write fn_name "" for stdin/stdout problems; it used to make every test a failed call.
+    body = row("print(int(input()) * 2)", ["3\n", "5\n"], ["6\n", "10\n"])
+    body["verifier_metadata"]["unit_tests"]["fn_name"] = blank
+    reply = await verify(service, body)
+    assert reply["reward"] == 1.0 and reply["verdicts"] == ["AC", "AC"], reply["tests"]
+
+
 # Summing 2M numbers takes ~0.5 s idle and went past 1.5 s (TLE) at load 12 on 2 cores: this
 # test is about 10 MB of stdin arriving intact, so it gets a per-test limit that load cannot reach.
 @pytest.mark.parametrize("service", [{"test_timeout_s": 30.0}], indirect=True)
