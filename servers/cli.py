@@ -59,13 +59,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     rows = []
     for name, entry in sorted(registry.discover().items()):
+        where = {"folder": str(entry.folder), "shadowed": [str(f) for f in entry.shadowed]}
         try:
             cls = entry.load_class()
             rows.append({"name": name, "domain": cls.domain, "summary": cls.summary, "needs": list(cls.needs),
-                         "ok": True, "folder": str(entry.folder)})
+                         "ok": True, **where})
         except Exception as exc:  # noqa: BLE001 - one broken environment must not hide the others
             rows.append({"name": name, "domain": "BROKEN", "summary": f"{type(exc).__name__}: {exc}",
-                         "needs": [], "ok": False, "folder": str(entry.folder)})
+                         "needs": [], "ok": False, **where})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -77,6 +78,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in rows:
         needs = ",".join(r["needs"]) or "-"
         print(f"{r['name']:<{widths[0]}}  {r['domain']:<{widths[1]}}  {needs:<16}  {r['summary']}")
+    for r in rows:
+        for ignored in r["shadowed"]:
+            print(f"warning: {ignored} is ignored: environment {r['name']!r} comes from {r['folder']}")
     return 0
 
 

@@ -16,9 +16,10 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ import yaml
 from pydantic import ValidationError
 
 from servers.environment import EnvConfig, Environment
+
+log = logging.getLogger("verigym.registry")
 
 
 class UnknownEnvironment(KeyError):
@@ -42,6 +45,7 @@ class EnvEntry:
     name: str
     folder: Path
     module: str  # import path of the verifier module
+    shadowed: tuple[Path, ...] = ()  # later folders with the same name, ignored (see discover)
 
     @property
     def example_path(self) -> Path:
@@ -78,6 +82,10 @@ def _roots() -> list[tuple[Path, str | None]]:
 
 
 def discover() -> dict[str, EnvEntry]:
+    """Every environment by name. A name found again in a later root (``environments/``
+    first, then ``VERIGYM_ENV_PATH`` in order) keeps the first folder; the later one is
+    listed in the entry's ``shadowed`` and logged once as a warning, since serving a
+    different folder than the one being edited is otherwise silent."""
     entries: dict[str, EnvEntry] = {}
     for root, package in _roots():
         if not root.is_dir():
@@ -85,12 +93,24 @@ def discover() -> dict[str, EnvEntry]:
         for folder in sorted(root.iterdir()):
             if not (folder / "verifier.py").is_file() or folder.name.startswith(("_", ".")):
                 continue
-            if package is not None:
-                module = f"{package}.{folder.name}.verifier"
-            else:
-                module = _import_external(folder)
-            entries.setdefault(folder.name, EnvEntry(folder.name, folder, module))
+            known = entries.get(folder.name)
+            if known is not None:
+                if folder.resolve() != known.folder.resolve():
+                    _warn_shadowed(folder.name, known.folder, folder)
+                    entries[folder.name] = replace(known, shadowed=(*known.shadowed, folder))
+                continue
+            module = f"{package}.{folder.name}.verifier" if package is not None else _import_external(folder)
+            entries[folder.name] = EnvEntry(folder.name, folder, module)
     return entries
+
+
+_warned_shadowed: set[tuple[Path, Path]] = set()
+
+
+def _warn_shadowed(name: str, kept: Path, ignored: Path) -> None:
+    if (kept, ignored) not in _warned_shadowed:  # discover() runs on every lookup: say it once
+        _warned_shadowed.add((kept, ignored))
+        log.warning("environment %r in %s is ignored: %s has the same name and comes first", name, ignored, kept)
 
 
 def _import_external(folder: Path) -> str:

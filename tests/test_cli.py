@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from servers import registry
 from servers.cli import main
 from servers.wire import response_from_text
 
@@ -54,6 +57,27 @@ def test_list_shows_envs_and_broken_ones(tmp_path, capsys):
     assert main(["--env-path", str(ENV_DIR), "list"]) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split() == ["name", "domain", "needs", "summary"] and "probe" in table
+
+
+def test_same_name_in_two_env_folders_is_warned_and_listed(tmp_path, capsys, caplog, monkeypatch):
+    # A second folder with a known name used to be ignored silently: edits there had no effect.
+    second = tmp_path / "probe"
+    shutil.copytree(ENV_DIR / "probe", second)
+    monkeypatch.setenv("VERIGYM_ENV_PATH", os.pathsep.join([str(ENV_DIR), str(tmp_path)]))
+    with caplog.at_level(logging.WARNING, logger="verigym.registry"):
+        entries = registry.discover()
+    assert entries["probe"].folder == ENV_DIR / "probe" and entries["probe"].shadowed == (second,)
+    (warning,) = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert str(second) in warning and str(ENV_DIR / "probe") in warning
+    assert main(["list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["probe"]["shadowed"] == [str(second)] and rows["math"]["shadowed"] == []
+    assert main(["list"]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("warning:")]
+    assert str(second) in line and str(ENV_DIR / "probe") in line
+    # The same folder named twice is not a conflict.
+    monkeypatch.setenv("VERIGYM_ENV_PATH", os.pathsep.join([str(ENV_DIR), str(ENV_DIR)]))
+    assert registry.discover()["probe"].shadowed == ()
 
 
 def test_new_scaffold_passes_check_in_process_and_over_http(tmp_path, capsys):
