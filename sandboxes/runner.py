@@ -83,6 +83,51 @@ class _Capture:
         return b"".join(self.chunks)
 
 
+class OutputPipes:
+    """A run's stdout and stderr pipes, read by the event loop into buffers capped at ``cap``
+    bytes each. The chunk that goes past a cap sets ``output_limited`` and calls ``on_limit``
+    (the caller kills the run); what comes after is drained and dropped, so the program
+    never blocks on a full pipe. ``all_eof`` resolves once both streams are closed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stdout_fd: int, stderr_fd: int, cap: int,
+                 on_limit: Callable[[], object]) -> None:
+        self.out, self.err = _Capture(cap), _Capture(cap)
+        self.output_limited = False
+        self.all_eof: asyncio.Future[None] = loop.create_future()
+        self._loop, self._on_limit = loop, on_limit
+        self._captures = {stdout_fd: self.out, stderr_fd: self.err}
+        for fd in self._captures:
+            os.set_blocking(fd, False)
+            loop.add_reader(fd, self._on_readable, fd)
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        return tuple(self._captures)
+
+    def _on_readable(self, fd: int) -> None:
+        cap = self._captures[fd]
+        try:
+            data = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            cap.eof = True
+            self._loop.remove_reader(fd)
+            if all(c.eof for c in self._captures.values()) and not self.all_eof.done():
+                self.all_eof.set_result(None)
+            return
+        if not cap.truncated and cap.add(data):
+            self.output_limited = True
+            self._on_limit()
+
+    def stop(self) -> None:
+        """Stop reading (the fds stay open: their owner closes them)."""
+        for fd in self._captures:
+            self._loop.remove_reader(fd)
+
+
 def _kill_pid(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -167,11 +212,8 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
 
     pid = proc.pid
     pidfd = os.pidfd_open(pid)
-    out, err = _Capture(max_output), _Capture(max_output)
-    captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}  # type: ignore[union-attr]
     exited: asyncio.Future[None] = loop.create_future()
-    all_eof: asyncio.Future[None] = loop.create_future()
-    state = {"output_limited": False, "killed": False}
+    state = {"killed": False}
 
     def kill() -> None:
         if state["killed"]:
@@ -190,29 +232,8 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
         if on_kill is not None:
             on_kill()
 
-    def on_readable(fd: int) -> None:
-        cap = captures[fd]
-        try:
-            data = os.read(fd, _READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            cap.eof = True
-            loop.remove_reader(fd)
-            if all(c.eof for c in captures.values()) and not all_eof.done():
-                all_eof.set_result(None)
-            return
-        if cap.truncated:
-            return  # already over the cap: drain and discard until the kill lands
-        if cap.add(data):
-            state["output_limited"] = True
-            kill()
-
-    for fd in captures:
-        os.set_blocking(fd, False)
-        loop.add_reader(fd, on_readable, fd)
+    pipes = OutputPipes(loop, proc.stdout.fileno(), proc.stderr.fileno(), max_output,  # type: ignore[union-attr]
+                        on_limit=kill)
     loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
 
     stdin_task = None
@@ -229,7 +250,7 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
                 kill()
             await exited
         try:
-            await asyncio.wait_for(asyncio.shield(all_eof), timeout=_EOF_GRACE_S)
+            await asyncio.wait_for(asyncio.shield(pipes.all_eof), timeout=_EOF_GRACE_S)
         except asyncio.TimeoutError:
             pass
     except asyncio.CancelledError:
@@ -240,8 +261,7 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
         if status:
             loop.remove_reader(status.read_fd)
             status.close()
-        for fd in captures:
-            loop.remove_reader(fd)
+        pipes.stop()
         status, cpu_s = _reap(pid)
         proc.returncode = 0 if status is None else status  # keep Popen from re-waiting
         os.close(pidfd)
@@ -255,9 +275,9 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
             except OSError:
                 pass
 
-    return RawOutcome(status=status, stdout=out.value(), stderr=err.value(),
-                      stdout_truncated=out.truncated, stderr_truncated=err.truncated,
-                      timed_out=timed_out, output_limited=state["output_limited"],
+    return RawOutcome(status=status, stdout=pipes.out.value(), stderr=pipes.err.value(),
+                      stdout_truncated=pipes.out.truncated, stderr_truncated=pipes.err.truncated,
+                      timed_out=timed_out, output_limited=pipes.output_limited,
                       wall_s=time.monotonic() - start, cpu_s=cpu_s)
 
 

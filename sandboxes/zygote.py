@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from .base import ExecResult, Limits, SandboxError
 from .bwrap import _LAUNCHER_PROCS, BwrapLayout
 from .longlived import Launched
-from .runner import RawOutcome, StatusPipe, _Capture, _feed_stdin
+from .runner import OutputPipes, RawOutcome, StatusPipe, _feed_stdin
 from .verdicts import classify
 
 ZYGOTE_SOURCE = Path(__file__).with_name("zygote_main.py").read_text()
@@ -35,7 +35,6 @@ _MIB = 1 << 20
 _START_TIMEOUT_S = 30.0   # bwrap + interpreter start, generous under heavy machine load
 _KILL_GRACE_S = 3.0       # after a kill request, the zygote must report within this
 _EOF_GRACE_S = 1.0
-_READ_CHUNK = 1 << 16
 # The zygote's own ceiling: runs lower their limits from here and can never raise them.
 ZYGOTE_CEILING = Limits(wall_s=1e9, cpu_s=10_000_000, memory_mb=1 << 20, max_processes=4096,
                         max_file_mb=1 << 20, max_open_files=4096)
@@ -174,10 +173,7 @@ class Zygote:
         stdin_task = asyncio.ensure_future(_feed_stdin(stdin_pipe, stdin)) if stdin else None
         if stdin_task is None:
             stdin_pipe.close()
-        cap = limits.max_output_bytes
-        captures = {out_r: _Capture(cap), err_r: _Capture(cap)}
-        all_eof: asyncio.Future[None] = loop.create_future()
-        state = {"killed": False, "output_limited": False}
+        state = {"killed": False}
         kill_sent: asyncio.Future[None] = loop.create_future()
 
         def request_kill() -> None:
@@ -186,27 +182,7 @@ class Zygote:
                 task = asyncio.ensure_future(self._send({"op": "kill"}))
                 task.add_done_callback(lambda t: kill_sent.done() or kill_sent.set_result(None))
 
-        def on_readable(fd: int) -> None:
-            cap_ = captures[fd]
-            try:
-                data = os.read(fd, _READ_CHUNK)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                cap_.eof = True
-                loop.remove_reader(fd)
-                if all(c.eof for c in captures.values()) and not all_eof.done():
-                    all_eof.set_result(None)
-                return
-            if not cap_.truncated and cap_.add(data):
-                state["output_limited"] = True
-                request_kill()
-
-        for fd in captures:
-            os.set_blocking(fd, False)
-            loop.add_reader(fd, on_readable, fd)
+        pipes = OutputPipes(loop, out_r, err_r, limits.max_output_bytes, on_limit=request_kill)
         reply_task = asyncio.ensure_future(self._recv())
         timed_out = False
         try:
@@ -224,7 +200,7 @@ class Zygote:
                 await self._break("control channel lost during a run")
                 raise
             try:
-                await asyncio.wait_for(asyncio.shield(all_eof), _EOF_GRACE_S)
+                await asyncio.wait_for(asyncio.shield(pipes.all_eof), _EOF_GRACE_S)
             except asyncio.TimeoutError:
                 pass
         except asyncio.CancelledError:
@@ -232,8 +208,8 @@ class Zygote:
             raise
         finally:
             reply_task.cancel()
-            for fd in captures:
-                loop.remove_reader(fd)
+            pipes.stop()
+            for fd in pipes.fds:
                 os.close(fd)
             if stdin_task is not None:
                 stdin_task.cancel()
@@ -242,10 +218,9 @@ class Zygote:
                     await asyncio.wait_for(kill_sent, 1.0)
                 except (asyncio.TimeoutError, asyncio.CancelledError):
                     pass
-        out, err = captures[out_r], captures[err_r]
-        raw = RawOutcome(status=reply.get("status"), stdout=out.value(), stderr=err.value(),
-                         stdout_truncated=out.truncated, stderr_truncated=err.truncated,
-                         timed_out=timed_out, output_limited=state["output_limited"],
+        raw = RawOutcome(status=reply.get("status"), stdout=pipes.out.value(), stderr=pipes.err.value(),
+                         stdout_truncated=pipes.out.truncated, stderr_truncated=pipes.err.truncated,
+                         timed_out=timed_out, output_limited=pipes.output_limited,
                          wall_s=time.monotonic() - start, cpu_s=float(reply.get("cpu_s", 0.0)))
         return classify(raw, limits)
 
