@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from . import hostfs
-from .base import ExecResult, Limits, Sandbox, SandboxBackend, SandboxError, SandboxSpec
+from .base import ExecResult, Limits, Sandbox, SandboxBackend, SandboxError, SandboxSpec, run_terms
 from .bwrap import THREAD_ENV, limits_argv
 from .runner import run_launcher
 from .verdicts import classify
@@ -65,13 +65,10 @@ class ApptainerSandbox(Sandbox):
     async def exec(self, cmd: Sequence[str] | str, *, stdin: bytes | str | None = None,
                    timeout: float | None = None, limits: Limits | None = None,
                    env: Mapping[str, str] | None = None) -> ExecResult:
-        if self._destroyed:
-            raise SandboxError("sandbox already destroyed")
-        lim = limits or self.spec.limits
-        data = stdin.encode() if isinstance(stdin, str) else stdin
+        self._check_alive()
+        lim, deadline, data = run_terms(self.spec.limits, limits, timeout, stdin)
         async with self._lock:
-            raw = await run_launcher(self.command(cmd, lim, env), stdin=data,
-                                     timeout=timeout if timeout is not None else lim.wall_s,
+            raw = await run_launcher(self.command(cmd, lim, env), stdin=data, timeout=deadline,
                                      max_output=lim.max_output_bytes, env={"PATH": os.environ.get("PATH", "")})
         return classify(raw, lim)
 

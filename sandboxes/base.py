@@ -145,10 +145,23 @@ class SandboxProcess(abc.ABC):
         """Wait for the process to end by itself: its ``returncode``, or None on timeout."""
 
 
+def run_terms(spec_limits: Limits, limits: Limits | None, timeout: float | None,
+              stdin: bytes | str | None) -> tuple[Limits, float, bytes | None]:
+    """What one run gets: the call's limits (else the spec's), its deadline (``timeout``, else
+    the limits' wall clock) and its stdin as bytes."""
+    lim = limits or spec_limits
+    return lim, (timeout if timeout is not None else lim.wall_s), (stdin.encode() if isinstance(stdin, str) else stdin)
+
+
 class Sandbox(abc.ABC):
     """A live isolated workspace. Use as ``async with``: destroyed on exit."""
 
     supports_processes: bool = False  # start_process available (False: it raises SandboxError)
+    _destroyed: bool = False  # set by destroy(); every later use raises
+
+    def _check_alive(self) -> None:
+        if self._destroyed:
+            raise SandboxError("sandbox already destroyed")
 
     @abc.abstractmethod
     async def exec(self, cmd: Sequence[str] | str, *, stdin: bytes | str | None = None,

@@ -26,7 +26,8 @@ import time
 import uuid
 from typing import Any, Mapping, Sequence
 
-from .base import ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxSpec
+from .base import (ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxSpec,
+                   run_terms)
 from .bwrap import THREAD_ENV, limits_argv
 from .longlived import ContainerProcess
 from .runner import RawOutcome
@@ -106,18 +107,12 @@ class ContainerSandbox(Sandbox):
     def container_id(self) -> str:
         return self._container.id
 
-    def _check_alive(self) -> None:
-        if self._destroyed:
-            raise SandboxError("sandbox already destroyed")
-
     async def exec(self, cmd: Sequence[str] | str, *, stdin: bytes | str | None = None,
                    timeout: float | None = None, limits: Limits | None = None,
                    env: Mapping[str, str] | None = None) -> ExecResult:
         self._check_alive()
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        lim = limits or self.spec.limits
-        deadline = timeout if timeout is not None else lim.wall_s
-        data = stdin.encode() if isinstance(stdin, str) else stdin
+        lim, deadline, data = run_terms(self.spec.limits, limits, timeout, stdin)
         async with self._lock:
             stdin_path = None
             if data:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
 from . import hostfs
-from .base import ExecResult, Limits, Sandbox, SandboxBackend, SandboxError, SandboxSpec
+from .base import ExecResult, Limits, Sandbox, SandboxBackend, SandboxError, SandboxSpec, run_terms
 from .bwrap import BwrapLayout, PythonInstall, sandbox_env, write_etc
 from .longlived import BwrapProcess
 from .runner import StatusPipe, run_launcher
@@ -81,10 +81,6 @@ class ProcessSandbox(Sandbox):
         """Host path of the workspace (tests and the pool inspect it; programs never see it)."""
         return self.layout.host_workdir
 
-    def _check_alive(self) -> None:
-        if self._destroyed:
-            raise SandboxError("sandbox already destroyed")
-
     async def exec(self, cmd: Sequence[str] | str, *, stdin: bytes | str | None = None,
                    timeout: float | None = None, limits: Limits | None = None,
                    env: Mapping[str, str] | None = None) -> ExecResult:
@@ -92,9 +88,7 @@ class ProcessSandbox(Sandbox):
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
             raise ValueError("empty command")
-        lim = limits or self.spec.limits
-        deadline = timeout if timeout is not None else lim.wall_s
-        data = stdin.encode() if isinstance(stdin, str) else stdin
+        lim, deadline, data = run_terms(self.spec.limits, limits, timeout, stdin)
         full_env = sandbox_env(self.layout.python, self.layout.workdir, {**self.spec.env, **(env or {})})
         uid = self.uid
         async with self._lock:
@@ -120,9 +114,7 @@ class ProcessSandbox(Sandbox):
             argv = [self.layout.python.executable, "-I", *((path,) if path is not None else ("-c", code)), *args]
             return await self.exec(argv, stdin=stdin, timeout=timeout, limits=limits, env=env)
         self._check_alive()
-        lim = limits or self.spec.limits
-        deadline = timeout if timeout is not None else lim.wall_s
-        data = stdin.encode() if isinstance(stdin, str) else stdin
+        lim, deadline, data = run_terms(self.spec.limits, limits, timeout, stdin)
         job = {"path": path, "code": code, "args": list(args), "cwd": self.layout.workdir,
                "env": sandbox_env(self.layout.python, self.layout.workdir, {**self.spec.env, **(env or {})})}
         async with self._lock:
