@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from servers import registry
-from servers.app import start_server
-from servers.client import EnvClient
 from servers.wire import response_from_text
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is 2^10 + 1?"}]},
@@ -14,15 +12,8 @@ ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What i
 
 
 @pytest.fixture
-async def client():
-    env = registry.instantiate("math_python", overrides={"call_timeout_s": 4.0})
-    server = await start_server(env)
-    c = EnvClient({"math_python": server.url}, retries=0)
-    try:
-        yield c, env
-    finally:
-        await c.close()
-        await server.stop()
+async def client(serve_env):
+    return await serve_env("math_python", call_timeout_s=4.0)
 
 
 async def test_state_persists_and_answer_is_scored(client):
@@ -146,19 +137,13 @@ async def test_killed_kernel_is_replaced_and_state_replayed(client):
     await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
 
 
-async def test_replay_mode_still_available():
-    env = registry.instantiate("math_python", overrides={"call_timeout_s": 4.0, "persistent_kernel": False})
-    server = await start_server(env)
-    c = EnvClient({"math_python": server.url}, retries=0)
-    try:
-        session = await c.seed_session("math_python", ROW)
-        await c.call_tool(session, "execute_python", {"code": "v = 5"})
-        _, out = await c.call_tool(session, "execute_python", {"code": "print(v * 2)"})
-        assert out["stdout"] == "10\n"
-        await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
-    finally:
-        await c.close()
-        await server.stop()
+async def test_replay_mode_still_available(serve_env):
+    c, _ = await serve_env("math_python", call_timeout_s=4.0, persistent_kernel=False)
+    session = await c.seed_session("math_python", ROW)
+    await c.call_tool(session, "execute_python", {"code": "v = 5"})
+    _, out = await c.call_tool(session, "execute_python", {"code": "print(v * 2)"})
+    assert out["stdout"] == "10\n"
+    await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
 
 
 def test_unknown_extraction_rule_is_a_config_error():

@@ -6,9 +6,7 @@ import shlex
 
 import pytest
 
-from servers import registry
-from servers.app import start_server
-from servers.client import EnvClient, EnvClientError
+from servers.client import EnvClientError
 from servers.wire import response_from_text
 
 TASK = {"responses_create_params": {"input": [{"role": "user", "content": "Sum the numbers in nums.txt into total.txt"}]},
@@ -18,15 +16,8 @@ DONE = response_from_text("DONE")
 
 
 @pytest.fixture
-async def client():
-    env = registry.instantiate("terminal", overrides={"command_timeout_s": 3.0})
-    server = await start_server(env)
-    c = EnvClient({"terminal": server.url}, retries=0)
-    try:
-        yield c, env
-    finally:
-        await c.close()
-        await server.stop()
+async def client(serve_env):
+    return await serve_env("terminal", command_timeout_s=3.0)
 
 
 async def test_solve_with_exec_and_check(client):
@@ -194,16 +185,10 @@ async def test_timeout_and_flood_restart_the_shell(client):
     await c.verify("terminal", TASK, DONE, session=session)
 
 
-async def test_fresh_shell_mode_still_available():
-    env = registry.instantiate("terminal", overrides={"command_timeout_s": 3.0, "persistent_shell": False})
-    server = await start_server(env)
-    c = EnvClient({"terminal": server.url}, retries=0)
-    try:
-        session = await c.seed_session("terminal", TASK)
-        await c.call_tool(session, "exec", {"command": "cd sub"})
-        _, out = await c.call_tool(session, "exec", {"command": "pwd"})
-        assert out["stdout"] == "/workspace\n"  # each command in its own sh -c
-        await c.verify("terminal", TASK, DONE, session=session)
-    finally:
-        await c.close()
-        await server.stop()
+async def test_fresh_shell_mode_still_available(serve_env):
+    c, _ = await serve_env("terminal", command_timeout_s=3.0, persistent_shell=False)
+    session = await c.seed_session("terminal", TASK)
+    await c.call_tool(session, "exec", {"command": "cd sub"})
+    _, out = await c.call_tool(session, "exec", {"command": "pwd"})
+    assert out["stdout"] == "/workspace\n"  # each command in its own sh -c
+    await c.verify("terminal", TASK, DONE, session=session)
