@@ -100,7 +100,10 @@ class GenerationConfig(_Section):
 
 class WarmStartConfig(_Section):  # verigym: supervised warm start on gold answers before RL
     enabled: bool = False
-    num_steps: int = Field(200, ge=0)
+    num_steps: int = Field(200, ge=0)  # at most this many steps
+    # stop early once the mean loss of the last 10 batches is <= this: a partial warm start that
+    # ends at the same point for every seed, leaving the rest of the task for RL (None = all steps)
+    target_loss: float | None = Field(None, gt=0)
     batch_size: int = Field(32, ge=1)
     lr: float = 3e-3
     answer_template: str = "\\boxed{{{answer}}}"

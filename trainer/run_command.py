@@ -77,7 +77,9 @@ def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:
         f"mode: {mode}",
         f"ray: {cfg.cluster.ray_address or 'local (started by the driver)'}; generators: {cfg.cluster.num_generation_workers}; "
         f"weight transport: {cfg.cluster.weight_transport}",
-        f"warm start: {cfg.policy.warm_start.num_steps} supervised steps" if cfg.policy.warm_start.enabled else "warm start: off",
+        (f"warm start: up to {cfg.policy.warm_start.num_steps} supervised steps"
+         + (f", stopping at loss <= {cfg.policy.warm_start.target_loss:g}" if cfg.policy.warm_start.target_loss else ""))
+        if cfg.policy.warm_start.enabled else "warm start: off",
         f"outputs: {cfg.logger.log_dir}",
     ])
 

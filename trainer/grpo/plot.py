@@ -19,11 +19,18 @@ def plot_reward_curve(rows: list[dict[str, Any]], out: str | Path) -> Path:
         ax.plot(*zip(*train), label="train reward (sampled)", alpha=0.7)
     if val:
         ax.plot(*zip(*val), "o-", label="validation reward (greedy)")
+    envs = sorted({k.split("/", 2)[2] for r in rows for k in r if k.startswith("validation/reward/")})
+    for env in envs if len(envs) > 1 else []:
+        pts = [(r["step"], r[f"validation/reward/{env}"]) for r in rows if r.get(f"validation/reward/{env}") is not None]
+        ax.plot(*zip(*pts), ".--", alpha=0.6, label=f"validation: {env}")
+    warm = next((r for r in rows if r.get("warm_start/steps")), None)
+    if warm:
+        ax.set_title(f"step 0 = after a {warm['warm_start/steps']}-step supervised warm start", fontsize=9)
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("mean reward")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out, dpi=100)

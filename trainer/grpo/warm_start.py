@@ -2,7 +2,8 @@
 
 A randomly initialised tiny policy would almost never produce a parseable ``\\boxed{}`` answer, so
 GRPO would see zero-variance groups only. A short warm start (config ``policy.warm_start``) teaches
-the format and a little arithmetic; RL then has signal to climb from (the run reports step-0
+the format and a little arithmetic (``target_loss`` stops it at the same partial point for every
+seed); RL then has signal to climb from (the run reports step-0
 validation reward *after* the warm start, so all improvement it reports is RL's).
 """
 
@@ -44,8 +45,10 @@ def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStar
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     pad = policy.tokenizer.pad_token_id
     model.train()
-    losses = []
+    losses: list[float] = []
     for _ in range(cfg.num_steps):
+        if cfg.target_loss is not None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= cfg.target_loss:
+            break
         batch = [pairs[rng.randrange(len(pairs))] for _ in range(cfg.batch_size)]
         seqs = [p + a for p, a in batch]
         width = max(len(s) for s in seqs)
@@ -63,5 +66,5 @@ def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStar
         opt.step()
         losses.append(float(loss.detach()))
     model.eval()
-    return {"warm_start/steps": cfg.num_steps, "warm_start/examples": len(pairs), "warm_start/first_loss": losses[0],
+    return {"warm_start/steps": len(losses), "warm_start/examples": len(pairs), "warm_start/first_loss": losses[0],
             "warm_start/final_loss": sum(losses[-10:]) / len(losses[-10:]), "warm_start/seconds": time.perf_counter() - t0}
