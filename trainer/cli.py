@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -211,8 +212,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+)*=")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Options, then ``key=value`` overrides anywhere on the line (``driver run --no-resume a.b=1``).
+
+    argparse hands a ``nargs="*"`` positional only the words before the first option; the words it
+    did not place come back here and are accepted when each one is a dotlist override for a command
+    that takes them. Anything else is an error naming the word.
+    """
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    takes_overrides = hasattr(args, "overrides")
+    words = (list(args.overrides) if takes_overrides else []) + extra
+    bad = [x for x in words if not _OVERRIDE.match(x)] if takes_overrides else extra
+    if bad:
+        sub = f"driver {args.command}" if getattr(args, "command", None) else "driver"
+        hint = " (config overrides are key=value, e.g. grpo.max_num_steps=20)" if takes_overrides else ""
+        parser.error(f"{sub}: unrecognized arguments: {' '.join(bad)}{hint}")
+    if takes_overrides:
+        args.overrides = words
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
