@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("ray")
 
 from trainer.fleet import Fleet  # noqa: E402
+from trainer.grpo.weight_sync import SHM_PREFIX, shm_base  # noqa: E402
 
 from trainer.grpo.synthetic import arithmetic_rows  # noqa: E402
 
@@ -57,9 +58,14 @@ def test_kill_and_resume_loses_and_repeats_no_prompt(tmp_path):
             _kill_tree(proc)  # mid-run, with prompts in flight
         killed_at = json.loads((ckpt / (ckpt / "latest").read_text() / "state.json").read_text())
         assert 2 <= killed_at["step"] < steps
+        # SIGKILL cannot clean up: the killed run's weight files stay in shared memory ...
+        left = list(shm_base().glob(f"{SHM_PREFIX}{proc.pid}-*"))
+        assert left and any(d.glob("v*.safetensors") for d in left)
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=os.getcwd())
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         assert "resumed from" in out.stdout
+        # ... until the next run starts and removes the folders whose owner pid is dead
+        assert not any(d.exists() for d in left) and "weight folder(s) of dead runs" in out.stdout
     final = json.loads((ckpt / "step_000006" / "state.json").read_text())
     consumed = final["buffer"]["consumed"]
     # every prompt trained exactly once, in the data order (shuffle off): nothing lost, nothing repeated

@@ -69,6 +69,9 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
         r.setdefault("_verigym_id", str(r.get("_ng_task_index", i)))
     started_ray = actors.init_ray(cfg)
     transport = make_transport(cfg.cluster.weight_transport, uuid.uuid4().hex[:8], bool(cfg.cluster.ray_address))
+    if getattr(transport, "removed_stale", None):
+        print(f"removed {len(transport.removed_stale)} weight folder(s) of dead runs from {transport.removed_stale[0].parent}",
+              flush=True)
     to = cfg.cluster.control_timeout_s
     comps = None
     try:

@@ -1,7 +1,9 @@
 """Weight transport from the trainer to the generators, behind one interface.
 
 * ``shm``: one machine. The trainer writes a safetensors file into ``/dev/shm`` (atomic
-  rename); generators memory-map it. No copy through a socket, no pickling.
+  rename); generators memory-map it. No copy through a socket, no pickling. The folder is named
+  ``verigym-weights-<driver pid>-<run id>``: a run killed with SIGKILL cannot remove it, so each new
+  transport removes the folders whose owner pid is no longer alive (:func:`remove_stale_weight_dirs`).
 * ``ray``: across machines. The state dict goes into the Ray object store; the handle is the
   ObjectRef (wrapped in a list so Ray passes the reference, not the value).
 
@@ -26,10 +28,42 @@ class WeightTransport(Protocol):
     def close(self) -> None: ...
 
 
+SHM_PREFIX = "verigym-weights-"
+
+
+def shm_base() -> Path:
+    return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_weight_dirs(base: Path | None = None) -> list[Path]:
+    """Remove ``verigym-weights-<pid>-<id>`` folders whose owner pid is dead (a run killed with
+    SIGKILL, or a crashed one). Folders of live runs, and names without a pid, are left alone."""
+    removed = []
+    for d in (base or shm_base()).glob(SHM_PREFIX + "*"):
+        pid = d.name[len(SHM_PREFIX):].split("-", 1)[0]
+        if d.is_dir() and pid.isdigit() and "-" in d.name[len(SHM_PREFIX):] and not _pid_alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class SharedMemoryTransport:
-    def __init__(self, run_id: str, keep: int = 3):
-        base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-        self.dir = base / f"verigym-weights-{run_id}"
+    """Built in the driver (its pid names the folder), then pickled into the trainer and generators."""
+
+    def __init__(self, run_id: str, keep: int = 3, base: Path | None = None):
+        base = base or shm_base()
+        self.removed_stale = remove_stale_weight_dirs(base)
+        self.dir = base / f"{SHM_PREFIX}{os.getpid()}-{run_id}"
         self.keep = keep
 
     def publish(self, version: int, state: dict[str, torch.Tensor]) -> str:
