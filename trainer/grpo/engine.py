@@ -76,6 +76,14 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
     comps = None
     try:
         comps = actors.launch(cfg, train_rows, urls, route_map or {}, transport)
+        too_long = {split: actors.get(comps.trainer.prompts_too_long.remote(rows), to, "trainer.prompts_too_long")
+                    for split, rows in (("train", train_rows), ("validation", val_rows))}
+        if any(too_long.values()):
+            print(f"prompts longer than policy.max_total_sequence_length={cfg.policy.max_total_sequence_length} allows "
+                  f"(no room for one new token): "
+                  + ", ".join(f"{len(ids)} {split} (ids {', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})"
+                              for split, ids in too_long.items() if ids)
+                  + "; they are not generated: their samples fail with class prompt_too_long and are masked", flush=True)
         logger = MetricsLogger(log_dir, wandb_enabled=cfg.logger.wandb_enabled, wandb_project=cfg.logger.wandb.project,
                                wandb_name=cfg.logger.wandb.name, wandb_mode=cfg.logger.wandb.mode,
                                tensorboard_enabled=cfg.logger.tensorboard_enabled, config=cfg.model_dump(mode="json"))
@@ -174,6 +182,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             "dropped_stale_groups": actors.get(comps.buffer.stats.remote(), to, "buffer.stats")["dropped_stale_groups"],
             "failed_samples": rstats["failed"], "failures_by_class": rstats["failures_by_class"],
             "retried_scores": rstats["retried"],
+            "prompts_too_long": {k: len(v) for k, v in too_long.items()},
             "validation": result.val_history,
         }
         logger.close()

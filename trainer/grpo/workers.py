@@ -45,6 +45,46 @@ def prompt_ids_for(policy: Any, row: dict[str, Any]) -> list[int]:
     return policy.encode(policy.render(to_chat_messages(params), chat_tools(params.get("tools"))))
 
 
+PROMPT_TOO_LONG = "prompt_too_long"  # failure class of a prompt with no room left for one new token
+
+
+def context_budgets(cfg: MasterConfig, prompts: list[list[int]], max_new_tokens: int) -> list[int]:
+    """New tokens each prompt may get so that prompt + response <= ``policy.max_total_sequence_length``
+    (NeMo-RL's ``max_model_len``: vLLM caps ``max_tokens`` at what is left of the context). 0 means the
+    prompt alone fills it: the sample fails with :data:`PROMPT_TOO_LONG` and is masked, as NeMo-RL
+    gives such a prompt ``loss_multiplier=0`` instead of training on it."""
+    limit = cfg.policy.max_total_sequence_length
+    return [max(0, min(max_new_tokens, limit - len(p))) for p in prompts]
+
+
+def too_long_sample(cfg: MasterConfig, prompt: list[int]) -> Sample:
+    """A failed sample for a prompt over the limit; the prompt keeps its last tokens so a training
+    forward pass over the (masked) sample stays within the context."""
+    keep = cfg.policy.max_total_sequence_length - 1
+    return Sample(prompt_ids=list(prompt[-keep:]), gen_ids=[], gen_logprobs=[], versions=[], truncated=False,
+                  failure=PROMPT_TOO_LONG)
+
+
+def decode_within_context(policy: Any, cfg: MasterConfig, prompts: list[list[int]], params: Any,
+                          rng: torch.Generator, hook: Any = None) -> list[Sample]:
+    """Decode every prompt that fits the context (each capped to the room it has); the others become
+    :func:`too_long_sample` without being decoded."""
+    from dataclasses import replace
+
+    from trainer.generation import decode_batch
+
+    budgets = context_budgets(cfg, prompts, params.max_new_tokens)
+    fit = [i for i, b in enumerate(budgets) if b > 0]
+    gens = decode_batch(policy, [prompts[i] for i in fit],
+                        [params if budgets[i] == params.max_new_tokens else replace(params, max_new_tokens=budgets[i])
+                         for i in fit], rng=rng, on_step=hook) if fit else []
+    out = [too_long_sample(cfg, p) for p in prompts]
+    for i, x in zip(fit, gens):
+        out[i] = Sample(prompt_ids=list(x.prompt_ids), gen_ids=list(x.token_ids), gen_logprobs=list(x.logprobs),
+                        versions=list(x.versions), truncated=x.truncated, text=x.text)
+    return out
+
+
 def sampling_params(cfg: MasterConfig, greedy: bool = False) -> Any:
     from trainer.generation import SamplingParams
 
@@ -145,8 +185,6 @@ class GeneratorWorker:
             raise
 
     def generate(self, tickets: list[Ticket], hook: Any = None) -> list[Group]:
-        from trainer.generation import decode_batch
-
         t0 = time.perf_counter()
         K = self.cfg.grpo.num_generations_per_prompt
         params = sampling_params(self.cfg)
@@ -154,19 +192,15 @@ class GeneratorWorker:
         prompts = [prompt_ids_for(self.policy, self.rows[t.prompt_index]) for t in tickets]
         # one RNG per batch seeded by its first slot: reproducible for the same admissions
         rng = torch.Generator().manual_seed(tickets[0].seed)
-        gens = decode_batch(self.policy, [p for p in prompts for _ in range(K)], [params] * (K * len(tickets)),
-                            rng=rng, on_step=hook)
+        gens = decode_within_context(self.policy, self.cfg, [p for p in prompts for _ in range(K)], params, rng, hook)
         dt = time.perf_counter() - t0
         groups = []
         for i, t in enumerate(tickets):
             row = self.rows[t.prompt_index]
-            samples = [Sample(prompt_ids=list(x.prompt_ids), gen_ids=list(x.token_ids), gen_logprobs=list(x.logprobs),
-                              versions=list(x.versions), truncated=x.truncated, text=x.text)
-                       for x in gens[i * K:(i + 1) * K]]
             groups.append(Group(ticket=t, prompt_id=str(row.get("_verigym_id", t.prompt_index)),
-                                start_version=start_version, samples=samples, gen_seconds=dt / len(tickets)))
+                                start_version=start_version, samples=gens[i * K:(i + 1) * K], gen_seconds=dt / len(tickets)))
         self.stats["gen_seconds"] += dt
-        self.stats["tokens"] += sum(len(x.token_ids) for x in gens)
+        self.stats["tokens"] += sum(len(x.gen_ids) for x in gens)
         self.stats["groups"] += len(tickets)
         return groups
 
@@ -199,6 +233,9 @@ class RewardWorker:
 
         env = self.env_of(row)
         s.env = env
+        if s.failure == PROMPT_TOO_LONG:  # never generated: nothing to score
+            self._count_failure(s.failure)
+            return
         response = to_response(_NameOnly(self._policy_name), s, row)
         for attempt in range(self.cfg.env.failed_rollout_retries + 1):
             try:
@@ -213,8 +250,11 @@ class RewardWorker:
                 self.stats["retried"] += 1
                 await asyncio.sleep(0.2 * 2 ** attempt)
         s.reward, s.failure = 0.0, str(failure)
+        self._count_failure(s.failure)
+
+    def _count_failure(self, failure: str) -> None:
         self.stats["failed"] += 1
-        self.stats["failures_by_class"][s.failure] = self.stats["failures_by_class"].get(s.failure, 0) + 1
+        self.stats["failures_by_class"][failure] = self.stats["failures_by_class"].get(failure, 0) + 1
 
     async def score_groups(self, groups: list[Group], rows: list[dict[str, Any]]) -> int:
         t0 = time.perf_counter()
@@ -266,18 +306,20 @@ class TrainerWorker:
         return supervised_warm_start(self.policy, rows, self.cfg.policy.warm_start, seed=self.cfg.grpo.seed)
 
     def generate_validation(self, rows: list[dict[str, Any]], k: int) -> list[Sample]:
-        from trainer.generation import decode_batch
-
         params = sampling_params(self.cfg, greedy=True)
         prompts = [prompt_ids_for(self.policy, r) for r in rows for _ in range(k)]
         out: list[Sample] = []
         bs = 64
         for i in range(0, len(prompts), bs):
-            gens = decode_batch(self.policy, prompts[i:i + bs], [params] * len(prompts[i:i + bs]),
-                                rng=torch.Generator().manual_seed(self.cfg.grpo.seed))
-            out += [Sample(prompt_ids=list(g.prompt_ids), gen_ids=list(g.token_ids), gen_logprobs=list(g.logprobs),
-                           versions=list(g.versions), truncated=g.truncated, text=g.text) for g in gens]
+            out += decode_within_context(self.policy, self.cfg, prompts[i:i + bs], params,
+                                         torch.Generator().manual_seed(self.cfg.grpo.seed))
         return out
+
+    def prompts_too_long(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Ids of the rows whose prompt leaves no room in ``policy.max_total_sequence_length``."""
+        limit = self.cfg.policy.max_total_sequence_length
+        return [str(r.get("_verigym_id", i)) for i, r in enumerate(rows)
+                if len(prompt_ids_for(self.policy, r)) >= limit]
 
     def save(self, path: str) -> bool:
         from trainer.grpo.checkpoint import save_trainer_state
