@@ -79,10 +79,19 @@ class Fleet:
 
     def start(self) -> None:
         # Launch all first, then wait: servers import and warm up in parallel.
-        pending = {env: self._launch(env) for env in self.envs if env not in self.servers}
-        for env, (process, log_path) in pending.items():
-            url = self._await_ready(env, process, log_path)
-            self.servers[env] = ServerProcess(env, process, url, log_path)
+        pending: dict[str, tuple[subprocess.Popen, Path]] = {}
+        try:
+            for env in self.envs:
+                if env not in self.servers:
+                    pending[env] = self._launch(env)
+            for env, (process, log_path) in list(pending.items()):
+                url = self._await_ready(env, process, log_path)
+                self.servers[env] = ServerProcess(env, process, url, log_path)
+                del pending[env]
+        except BaseException:  # a failed or interrupted start leaves no half-started server behind
+            for process, _ in pending.values():
+                _kill_group(process)
+            raise
 
     def _launch(self, env: str) -> tuple[subprocess.Popen, Path]:
         log_path = self.log_dir / f"{env}.log"
@@ -134,6 +143,11 @@ class Fleet:
         server.process.kill()
         server.process.wait()
 
+    def kill_now(self) -> None:
+        """SIGKILL every server with its process group (its CPU pool): a forced exit, no draining."""
+        for server in self.servers.values():
+            _kill_group(server.process)
+
     def stop(self, grace_s: float = 10.0) -> None:
         for server in self.servers.values():
             if server.alive():
@@ -143,9 +157,20 @@ class Fleet:
             try:
                 server.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                server.process.kill()
-                server.process.wait()
+                _kill_group(server.process)
         self.servers.clear()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Each server leads its own session (``start_new_session``), so its pid is its group id."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def fetch_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:

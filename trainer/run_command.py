@@ -1,7 +1,7 @@
 """`driver run`: prepare the blend, start its environment servers, train with async GRPO.
 
     driver run --blend tiny                       # the README's first command
-    driver run -c tiny grpo.max_num_steps=20      # dotlist overrides anywhere after the options
+    driver run -c tiny grpo.max_num_steps=20      # dotlist overrides anywhere on the line
     driver run --blend tiny --dry-run             # resolved config + plan, nothing started
 """
 
@@ -101,19 +101,55 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("# plan\n" + plan(cfg, envs, len(train), len(val)))
         return 0
     print(plan(cfg, envs, len(train), len(val)), flush=True)
+    from trainer.fleet import Fleet
     from trainer.grpo.engine import run_grpo
+    from trainer.grpo.interrupt import StopRequest, as_run_interrupted
 
-    if cfg.env.urls:
-        result = run_grpo(cfg, train, val, dict(cfg.env.urls), resume=not args.no_resume)
-    else:
-        from trainer.fleet import Fleet
-
-        env_logs = Path(cfg.logger.log_dir) / "env_logs"
-        env_logs.mkdir(parents=True, exist_ok=True)
-        with Fleet(envs, log_dir=env_logs) as fleet:
-            result = run_grpo(cfg, train, val, fleet.urls, resume=not args.no_resume)
+    with StopRequest() as stop:
+        fleet = None
+        try:
+            if cfg.env.urls:
+                urls = dict(cfg.env.urls)
+            else:
+                env_logs = Path(cfg.logger.log_dir) / "env_logs"
+                env_logs.mkdir(parents=True, exist_ok=True)
+                fleet = Fleet(envs, log_dir=env_logs)
+                stop.on_force(fleet.kill_now)
+                fleet.start()
+                urls = fleet.urls
+            result = run_grpo(cfg, train, val, urls, resume=not args.no_resume, stop=stop)
+        except KeyboardInterrupt as raised:  # RunInterrupted from our handler (or a library's own re-raise)
+            exc = as_run_interrupted(raised, stop)
+            if fleet is not None:
+                with stop.deferred():
+                    fleet.stop()
+                fleet = None
+            print(stopped_message(exc, cfg), flush=True)
+            return exc.exit_code
+        finally:
+            if fleet is not None:
+                with stop.deferred():
+                    fleet.stop()
     print(format_summary(result.summary))
     return 0
+
+
+def stopped_message(exc: Any, cfg: MasterConfig) -> str:
+    """The last line a stopped run prints: where it stopped and what the same command will do."""
+    ckpt = Path(cfg.checkpointing.checkpoint_dir or Path(cfg.logger.log_dir) / "checkpoints")
+    if exc.steps_done is None:
+        where = "stopped before training started"
+    else:
+        where = f"stopped at step {exc.steps_done}"
+    if exc.checkpoint_written:
+        then = f"final checkpoint written ({ckpt / f'step_{exc.checkpoint_step:06d}'})"
+    elif exc.checkpoint_step:
+        then = f"the last checkpoint is step {exc.checkpoint_step} ({ckpt}); steps after it are redone"
+    elif cfg.checkpointing.enabled:
+        then = "no checkpoint yet: a rerun starts from the beginning"
+    else:
+        then = "checkpointing is off: a rerun starts from the beginning"
+    return f"driver: {where} ({exc}); {then}; resume with the same command"
 
 
 def format_summary(s: dict[str, Any]) -> str:

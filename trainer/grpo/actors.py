@@ -5,12 +5,14 @@ generators are spread over workers (SPREAD scheduling)."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from trainer.config import MasterConfig
+from trainer.grpo import interrupt
 from trainer.grpo.replay_buffer import ReplayBuffer
 from trainer.grpo.weight_sync import WeightTransport
 from trainer.grpo.workers import GeneratorWorker, RewardWorker, TrainerWorker
@@ -56,8 +58,27 @@ def launch(cfg: MasterConfig, train_rows: list[dict[str, Any]], urls: dict[str, 
 
 
 def get(ref: Any, timeout_s: float, what: str) -> Any:
-    """Every control call is bounded: a hung component raises instead of hanging the run."""
-    try:
-        return ray.get(ref, timeout=timeout_s)
-    except ray.exceptions.GetTimeoutError:
-        raise TimeoutError(f"{what} did not answer within {timeout_s:g}s (cluster.control_timeout_s)") from None
+    """Every control call is bounded: a hung component raises instead of hanging the run.
+
+    The wait polls in short slices so that the driver's signal handlers (Ctrl-C, SIGTERM) run
+    within half a second even while a long call (warm start, a training step) is in progress."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        ready, _ = ray.wait([ref], timeout=max(0.0, min(0.5, left)))
+        if ready:
+            return ray.get(ref)
+        interrupt.poll()
+        if left <= 0:
+            raise TimeoutError(f"{what} did not answer within {timeout_s:g}s (cluster.control_timeout_s)")
+
+
+def kill_all(comps: Components | None) -> None:
+    """Kill the engine's actors now (no graceful stop): used on the way out of a run."""
+    if comps is None:
+        return
+    for handle in [*comps.generators, comps.trainer, comps.reward, comps.buffer]:
+        try:
+            ray.kill(handle)
+        except Exception:
+            pass

@@ -17,6 +17,7 @@ from typing import Any
 
 from trainer.config import MasterConfig, to_yaml
 from trainer.grpo import actors, checkpoint
+from trainer.grpo.interrupt import NO_STOP, StopRequest, as_run_interrupted
 from trainer.grpo.metrics import MetricsLogger, read_jsonl
 from trainer.grpo.weight_sync import make_transport
 
@@ -57,8 +58,21 @@ def validate(cfg: MasterConfig, comps: actors.Components, val_rows: list[dict[st
     return out
 
 
+@dataclass
+class _Progress:
+    """Where the run stands, for a clean stop: ``clean`` is False while a batch has been taken from
+    the buffer but not trained (the buffer already counts it consumed), when no checkpoint can be cut."""
+    steps_done: int = 0
+    clean: bool = True
+    last_checkpoint: int | None = None
+
+
 def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list[dict[str, Any]],
-             urls: dict[str, Any], route_map: dict[str, str] | None = None, *, resume: bool = True) -> RunResult:
+             urls: dict[str, Any], route_map: dict[str, str] | None = None, *, resume: bool = True,
+             stop: StopRequest | None = None) -> RunResult:
+    """Train; with ``stop`` (installed signal handlers) a SIGINT/SIGTERM ends the run with
+    :class:`RunInterrupted` after a final checkpoint (when the state allows one) and full cleanup."""
+    stop = stop or NO_STOP
     t_start = time.perf_counter()
     log_dir = Path(cfg.logger.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -67,14 +81,21 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
     val_rows = val_rows[: cfg.grpo.max_val_samples] if cfg.grpo.max_val_samples else val_rows
     for i, r in enumerate(train_rows):
         r.setdefault("_verigym_id", str(r.get("_ng_task_index", i)))
-    started_ray = actors.init_ray(cfg)
+    import ray
+
+    ray_was_up = ray.is_initialized()
     transport = make_transport(cfg.cluster.weight_transport, uuid.uuid4().hex[:8], bool(cfg.cluster.ray_address))
+    stop.on_force(transport.close)
     if getattr(transport, "removed_stale", None):
         print(f"removed {len(transport.removed_stale)} weight folder(s) of dead runs from {transport.removed_stale[0].parent}",
               flush=True)
     to = cfg.cluster.control_timeout_s
     comps = None
+    progress = _Progress()
+    bar = None
     try:
+        actors.init_ray(cfg)
+        stop.reinstall()
         comps = actors.launch(cfg, train_rows, urls, route_map or {}, transport)
         too_long = {split: actors.get(comps.trainer.prompts_too_long.remote(rows), to, "trainer.prompts_too_long")
                     for split, rows in (("train", train_rows), ("validation", val_rows))}
@@ -94,6 +115,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
         if found:
             path, state = found
             start = state["step"]
+            progress.steps_done = progress.last_checkpoint = start
             actors.get(comps.trainer.load.remote(str(path), start), to, "trainer.load")
             actors.get(comps.buffer.load_state_dict.remote(state["buffer"]), to, "buffer.load_state_dict")
             print(f"resumed from {path} at step {start} ({len(state['buffer']['consumed'])} prompts consumed, "
@@ -118,7 +140,11 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
         for step in range(start, cfg.grpo.max_num_steps):
             t0 = t_health = time.perf_counter()
             while True:  # buffer starvation (NeMo-RL timing idle/buffer_starvation)
-                batch = actors.get(comps.buffer.take.remote(step), to, "buffer.take")
+                stop.check()
+                with stop.deferred():  # a taken batch is consumed: note it before a signal can cut in
+                    batch = actors.get(comps.buffer.take.remote(step), to, "buffer.take")
+                    progress.clean = batch is None
+                stop.check()
                 if batch is not None:
                     break
                 if time.perf_counter() - t_health > 1.0:
@@ -130,6 +156,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
                                        f"{[actors.get(g.get_stats.remote(), to, 'generator.get_stats') for g in comps.generators]}")
             t1 = time.perf_counter()
             m = actors.get(comps.trainer.train_step.remote(batch, step), to, "trainer.train_step")
+            progress.steps_done, progress.clean = step + 1, True  # trainer and buffer agree on step + 1 again
             t2 = time.perf_counter()
             _push_weights(comps, step + 1, to)
             t3 = time.perf_counter()
@@ -161,7 +188,10 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
                             lag=f"{m['async/lag_mean']:.1f}", idle=f"{m['performance/trainer_idle_fraction']:.0%}")
             bar.update(1)
             if cfg.checkpointing.enabled and ((step + 1) % cfg.checkpointing.save_period == 0 or done):
-                _save(cfg, comps, ckpt_root, step + 1, to)
+                with stop.deferred():
+                    _save(cfg, comps, ckpt_root, step + 1, to)
+                    progress.last_checkpoint = step + 1
+                stop.check()
         bar.close()
         gstats = [actors.get(g.stop.remote(), to, "generator.stop") for g in comps.generators]
         rstats = actors.get(comps.reward.get_stats.remote(), to, "reward.get_stats")
@@ -194,24 +224,28 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             result.summary["reward_curve_error"] = str(exc)
         (log_dir / "summary.json").write_text(json.dumps(result.summary, indent=1) + "\n")
         return result
+    except KeyboardInterrupt as raised:
+        exc = as_run_interrupted(raised, stop)
+        if bar is not None:
+            bar.close()
+        exc.steps_done, exc.checkpoint_step = progress.steps_done, progress.last_checkpoint
+        if (comps is not None and cfg.checkpointing.enabled and progress.clean
+                and progress.steps_done > (progress.last_checkpoint or 0)):
+            try:  # a final checkpoint, when the trainer answers quickly; otherwise the last one stands
+                with stop.deferred():
+                    _save(cfg, comps, ckpt_root, progress.steps_done, min(to, 30.0))
+                exc.checkpoint_step, exc.checkpoint_written = progress.steps_done, True
+            except Exception as err:
+                print(f"driver: no final checkpoint ({type(err).__name__}: {err})", flush=True)
+        if exc is raised:
+            raise
+        raise exc from None
     finally:
-        if comps is not None:
-            for g in comps.generators:
-                try:
-                    ray_kill(g)
-                except Exception:
-                    pass
-        transport.close()
-        if started_ray:
-            import ray
-
-            ray.shutdown()
-
-
-def ray_kill(handle: Any) -> None:
-    import ray
-
-    ray.kill(handle)
+        with stop.deferred():  # a signal during cleanup must not cut it short (a second one forces exit)
+            actors.kill_all(comps)
+            transport.close()
+            if not ray_was_up and ray.is_initialized():  # we started (or were starting) it
+                ray.shutdown()
 
 
 def _push_weights(comps: actors.Components, version: int, to: float) -> None:
