@@ -121,12 +121,14 @@ async def test_kill_all_inside_does_not_hurt_host(sandbox):
 
 
 async def test_background_processes_do_not_survive(sandbox):
-    r = await sandbox.exec("(sleep 300 &) ; nohup sleep 301 >/dev/null 2>&1 & setsid sleep 302 & echo started")
+    # Durations unique to this test: the psutil scan is host-wide, and other tests (the
+    # container backend's) start their own `sleep 300` whose teardown may still be in progress.
+    r = await sandbox.exec("(sleep 7301 &) ; nohup sleep 7302 >/dev/null 2>&1 & setsid sleep 7303 & echo started")
     assert r.ok and "started" in r.text()
     assert r.wall_s < 5
     _assert_nothing_left(sandbox)
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and
-                p.info["cmdline"][:2] in (["sleep", "300"], ["sleep", "301"], ["sleep", "302"])]
+                p.info["cmdline"][:2] in (["sleep", "7301"], ["sleep", "7302"], ["sleep", "7303"])]
 
 
 async def test_timeout_leaves_no_process(sandbox):
