@@ -148,6 +148,9 @@ class Environment:
     uses_cpu_pool: ClassVar[bool] = False  # start a process pool for self.cpu(...)
     cpu_pool_preload: ClassVar[tuple[str, ...]] = ()  # modules each worker imports at start
     stateful: ClassVar[bool] = False  # has seed_session state / tools
+    # NeMo-Gym agent names (a row's ``agent_ref.name``) this environment answers; published on
+    # /info so data prep can route rows without importing environments.
+    agent_names: ClassVar[tuple[str, ...]] = ()
 
     _tools: ClassVar[dict[str, ToolSpec]] = {}
 
@@ -214,6 +217,7 @@ class Environment:
             "needs": list(cls.needs),
             "version": cls.version,
             "stateful": cls.stateful or bool(cls._tools),
+            "agent_names": list(cls.agent_names),
             "row_fields": cls.Row.model_json_schema(),
             "tools": [spec.schema() for spec in cls._tools.values()],
         }
