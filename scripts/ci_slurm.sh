@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# A real single-machine Slurm cluster (Debian's slurm-wlm: slurmctld + slurmd on this host) for CI
+# and for trying `driver run --run local-slurm` on a laptop. Idempotent; run as root.
+# Prints the line to export (client commands find the cluster through SLURM_CONF).
+#   eval "$(bash scripts/ci_slurm.sh)"     # -> export SLURM_CONF=/tmp/verigym-slurm/slurm.conf
+#   bash scripts/ci_slurm.sh --stop         # stop the daemons this script started
+#
+# No munge and no cgroups, so it runs in a plain container: AuthType=auth/none, CredType=cred/none,
+# ProctrackType=proctrack/linuxproc, TaskPlugin=task/none. That is fine for one trusted machine and
+# wrong for a shared cluster. State, spool, logs and pid files live in $VERIGYM_SLURM_DIR.
+set -euo pipefail
+
+DIR=${VERIGYM_SLURM_DIR:-/tmp/verigym-slurm}
+CONF=$DIR/slurm.conf
+CTL_PORT=${VERIGYM_SLURMCTLD_PORT:-16817}
+SLURMD_PORT=${VERIGYM_SLURMD_PORT:-16818}
+
+stop_daemon() {  # only the daemons whose pid files this script wrote
+  local pidfile=$1
+  if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill "$(cat "$pidfile")"
+  fi
+  rm -f "$pidfile"
+}
+
+if [[ "${1:-}" == "--stop" ]]; then
+  stop_daemon "$DIR/slurmd.pid"
+  stop_daemon "$DIR/slurmctld.pid"
+  exit 0
+fi
+
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v sbatch >/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "slurm-wlm is not installed (as root: apt-get install slurm-wlm)" >&2
+    exit 2
+  fi
+  echo "ci_slurm: installing slurm-wlm" >&2
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null
+fi
+
+export SLURM_CONF=$CONF
+up() { scontrol ping 2>/dev/null | grep -q "UP" && sinfo -h -o %T 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; }
+
+if [[ -f $CONF ]] && up; then
+  echo "export SLURM_CONF=$CONF"
+  exit 0
+fi
+
+mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log"
+# slurmd -C describes this host (CPUs, sockets, memory) in slurm.conf's own syntax.
+NODE_LINE=$(slurmd -C | head -1)
+NODE=$(sed -E 's/^NodeName=([^ ]+).*/\1/' <<<"$NODE_LINE")
+cat >"$CONF" <<CONF
+# written by verigym scripts/ci_slurm.sh: one-host cluster for tests (no munge, no cgroups)
+ClusterName=verigym
+SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldPort=$CTL_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/none
+CredType=cred/none
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+# finished jobs stay visible to 'scontrol show job' for 10 minutes (the attached mode reads the exit code there)
+MinJobAge=600
+KillWait=30
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd.log
+$NODE_LINE NodeAddr=127.0.0.1 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+
+stop_daemon "$DIR/slurmd.pid"
+stop_daemon "$DIR/slurmctld.pid"
+# -c: start clean (no jobs from an earlier run of this script); both daemonise and write pid files.
+slurmctld -c -f "$CONF"
+slurmd -f "$CONF"
+for _ in $(seq 150); do
+  up && break
+  sleep 0.2
+done
+if ! up; then
+  echo "slurm did not come up; logs in $DIR/log" >&2
+  tail -20 "$DIR/log/slurmctld.log" "$DIR/log/slurmd.log" >&2 || true
+  exit 1
+fi
+echo "export SLURM_CONF=$CONF"
