@@ -14,6 +14,11 @@ Routes
   POST /seed_session     row -> {"session_id"} + session cookie
   POST /aggregate_metrics
   POST /<tool_name>      tool call within the session named by the cookie
+
+Every POST must carry a JSON content type (``application/json`` or ``application/*+json``),
+else 415: a web page can POST ``text/plain`` (or a typeless body) to a server on localhost
+without a CORS preflight, and such a request must never be scored or reach a tool. A known
+route called with the wrong method is 405 with ``Allow``; an unknown path is 404.
 """
 
 from __future__ import annotations
@@ -38,6 +43,16 @@ log = logging.getLogger("verigym.server")
 
 _ROLLOUT_PREFIX = re.compile(r"^/ng-rollout/[A-Za-z0-9][A-Za-z0-9._-]*(/.*)?$")
 SESSION_HEADER = "X-Verigym-Session"
+POST_ROUTES = frozenset({"/verify", "/seed_session", "/aggregate_metrics"})
+JSON_CONTENT_TYPES = ("application/json", "application/*+json")
+
+
+def is_json_content_type(header: str | None) -> bool:
+    """``application/json`` or a structured-syntax ``application/<x>+json``; parameters ignored."""
+    if not header:
+        return False
+    mime = header.split(";", 1)[0].strip().lower()
+    return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
 
 
 def _json(status: int, body: Any, *, headers: dict[str, str] | None = None) -> web.Response:
@@ -70,7 +85,7 @@ class EnvServer:
             if match:
                 path = match.group(1) or "/"
         path = path.rstrip("/") or "/"
-        route = path if path in self._get or path in ("/verify", "/seed_session", "/aggregate_metrics") else "tool"
+        route = path if path in self._get or path in POST_ROUTES else "tool"
         try:
             response = await self._route(request, path)
         except Exception as exc:  # noqa: BLE001 - the server keeps serving whatever a handler does
@@ -79,14 +94,31 @@ class EnvServer:
         self.service.metrics.observe_request(route, response.status)
         return response
 
+    def _allowed_method(self, path: str) -> str | None:
+        """The one method ``path`` answers, or None when no route or tool has that path."""
+        if path in self._get:
+            return "GET"
+        if path in POST_ROUTES or path[1:] in self.env.tools():
+            return "POST"
+        return None
+
     async def _route(self, request: web.Request, path: str) -> web.Response:
-        if request.method == "GET":
-            handler = self._get.get(path)
-            if handler is None:
-                return _json(*error(404, f"no GET route {path}", {"routes": sorted(self._get)}))
-            return await handler(request)
-        if request.method != "POST":
-            return _json(*error(405, f"method {request.method} not allowed on {path}"))
+        method = request.method
+        if method == "GET" and path in self._get:
+            return await self._get[path](request)
+        if method != "POST" or path in self._get:
+            allowed = self._allowed_method(path)
+            if allowed is None:
+                return _json(*error(404, f"no route {path}", {"routes": sorted(self._get) + sorted(POST_ROUTES),
+                                                               "tools": sorted(self.env.tools())}))
+            return _json(*error(405, f"method {method} not allowed on {path}; use {allowed}"),
+                         headers={"Allow": allowed})
+        content_type = request.headers.get("Content-Type")
+        if not is_json_content_type(content_type):
+            # Checked before the body is read: a cross-site "simple request" is refused unread.
+            return _json(*error(415, f"POST {path} needs Content-Type: application/json, got "
+                                     f"{content_type or 'no Content-Type header'}",
+                                {"accepted": list(JSON_CONTENT_TYPES), "received": content_type}))
         if self.service.draining:
             return _json(*error(503, "server is shutting down"), headers={"Retry-After": "1"})
 

@@ -65,14 +65,16 @@ class OutputItem(_Open):
 
 
 class ResponseObject(_Open):
-    """The OpenAI ``Response``. Only ``output`` is required: everything else defaults,
-    so hand-written test requests stay short while full SDK objects pass unchanged."""
+    """The OpenAI ``Response``. Only ``output`` is required (NeMo-Gym's response model requires
+    it too; a response without it is a 422 naming the field, never a silent reward 0):
+    everything else defaults, so hand-written test requests stay short while full SDK
+    objects pass unchanged. An empty ``output`` list is a valid, empty answer."""
 
     id: str = ""
     created_at: float = 0.0
     model: str = ""
     object: str = "response"
-    output: list[OutputItem] = Field(default_factory=list)
+    output: list[OutputItem]
 
     @property
     def output_text(self) -> str:

@@ -75,8 +75,13 @@ async def test_examples_over_http(name):
             results = await check_http(client, name, _examples(name), stateful)
             assert all(r.ok for r in results), _report(results)
         async with aiohttp.ClientSession() as http:
-            async with http.post(server.url + "/verify", data=b"{not json") as r:
+            async with http.post(server.url + "/verify", data=b"{not json",
+                                 headers={"Content-Type": "application/json"}) as r:
                 assert r.status == 400 and "error" in await r.json()
+            async with http.post(server.url + "/verify", data=b"{}", headers={"Content-Type": "text/plain"}) as r:
+                assert r.status == 415
+            async with http.get(server.url + "/verify") as r:
+                assert r.status == 405 and r.headers["Allow"] == "POST"
             async with http.post(server.url + "/verify", json={"response": {"output": []}}) as r:
                 body = await r.json()
                 assert r.status == 422 and any("responses_create_params" in d["loc"] for d in body["detail"])

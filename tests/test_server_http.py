@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from servers import registry
@@ -92,6 +93,63 @@ async def test_bad_input_statuses_and_server_keeps_serving(serve, http):
     assert status == 200 and reply["reward"] == 1.0
 
 
+async def test_post_needs_a_json_content_type(serve, http):
+    """A web page can POST text/plain (or a typeless Blob) to localhost with no CORS preflight:
+    such a request is refused (415) before it is read, so it is never scored or reaches a tool."""
+    server = await serve()
+    body = orjson.dumps(row())
+    for content_type in ("text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+                         "multipart/form-data; boundary=x", None):
+        headers = {"Content-Type": content_type} if content_type else {}
+        # skip_auto_headers: without it aiohttp adds application/octet-stream to a bytes body
+        async with http.post(server.url + "/verify", data=body, headers=headers,
+                             skip_auto_headers=["Content-Type"]) as r:
+            reply = await r.json()
+            assert r.status == 415, (content_type, reply)
+            assert "application/json" in reply["error"] and reply["detail"]["received"] == content_type
+            assert "reward" not in reply
+    async with http.post(server.url + "/bump", data=b'{"by": 1}', headers={"Content-Type": "text/plain"},
+                         skip_auto_headers=["Content-Type"]) as r:
+        assert r.status == 415  # tools too
+    for content_type in ("application/json", "application/json; charset=utf-8", "Application/JSON",
+                         "application/vnd.nemo-gym+json"):
+        async with http.post(server.url + "/verify", data=body, headers={"Content-Type": content_type}) as r:
+            assert r.status == 200 and (await r.json())["reward"] == 1.0, content_type
+    async with http.get(server.url + "/metrics") as r:
+        assert 'route="/verify",status="415"} 5' in await r.text()
+
+
+async def test_wrong_method_is_405_with_allow_and_unknown_path_404(serve, http):
+    server = await serve()
+    async with http.get(server.url + "/verify") as r:
+        assert (r.status, r.headers["Allow"]) == (405, "POST") and "use POST" in (await r.json())["error"]
+    async with http.get(server.url + "/ng-rollout/r1/seed_session") as r:
+        assert (r.status, r.headers["Allow"]) == (405, "POST")
+    async with http.get(server.url + "/bump") as r:  # a tool route
+        assert (r.status, r.headers["Allow"]) == (405, "POST")
+    status, body, headers = await post(http, server.url + "/health", {})
+    assert (status, headers["Allow"]) == (405, "GET") and body["error"]
+    async with http.put(server.url + "/verify", json=row()) as r:
+        assert (r.status, r.headers["Allow"]) == (405, "POST")
+    async with http.delete(server.url + "/info") as r:
+        assert (r.status, r.headers["Allow"]) == (405, "GET")
+    async with http.options(server.url + "/verify") as r:  # a CORS preflight gets no CORS headers
+        assert r.status == 405 and "Access-Control-Allow-Origin" not in r.headers
+    for method in ("GET", "PUT"):
+        async with http.request(method, server.url + "/no_such_route") as r:
+            assert r.status == 404 and "Allow" not in r.headers and "bump" in (await r.json())["detail"]["tools"]
+
+
+async def test_response_without_output_is_422_naming_the_field(serve, http):
+    server = await serve()
+    for response in ({}, {"id": "resp_1", "model": "m"}):
+        status, body, _ = await post(http, server.url + "/verify", {**row(), "response": response})
+        assert status == 422 and [d["loc"] for d in body["detail"]] == ["response.output"], body
+        assert "reward" not in body
+    status, body, _ = await post(http, server.url + "/verify", {**row(), "response": {"output": []}})
+    assert status == 200 and body["reward"] == 0.0 and "_ng_failure_class" not in body  # empty answer: scored
+
+
 async def test_body_over_limit_is_413_and_server_keeps_serving(serve, http):
     server = await serve(max_body_mb=0.01)  # ~10 KiB
     big = row(padding="x" * 50_000)
@@ -102,7 +160,7 @@ async def test_body_over_limit_is_413_and_server_keeps_serving(serve, http):
         for _ in range(20):
             yield b"x" * 4096
 
-    async with http.post(server.url + "/verify", data=chunks()) as r:
+    async with http.post(server.url + "/verify", data=chunks(), headers={"Content-Type": "application/json"}) as r:
         assert r.status == 413
     status, reply, _ = await post(http, server.url + "/verify", row())
     assert status == 200 and reply["reward"] == 1.0
