@@ -52,6 +52,10 @@ class GRPOConfig(_Section):
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig)
 
 
+_KL_SHAPING_KEYS = ("reference_policy_kl_type", "kl_input_clamp_value", "kl_output_clamp_value",
+                    "use_on_policy_kl_approximation")
+
+
 class LossConfig(_Section):
     reference_policy_kl_penalty: float = Field(0.0, ge=0)
     reference_policy_kl_type: Literal["k1", "k2", "k3"] = "k3"
@@ -70,6 +74,14 @@ class LossConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> "LossConfig":
+        if self.reference_policy_kl_penalty == 0:
+            # These shape the KL term, which exists only with a reference policy (built iff the
+            # penalty is > 0): a changed value with no penalty would be accepted and do nothing.
+            inert = [k for k in _KL_SHAPING_KEYS if getattr(self, k) != type(self).model_fields[k].default]
+            if inert:
+                raise ValueError(f"loss_fn.{', loss_fn.'.join(inert)} act only on the KL penalty, and "
+                                 "loss_fn.reference_policy_kl_penalty is 0 (no reference policy is built): "
+                                 "set the penalty > 0 or leave these keys at their defaults")
         if self.ratio_clip_c is not None and self.ratio_clip_c <= 1:
             raise ValueError("loss_fn.ratio_clip_c must be > 1 (dual clip, NeMo-RL)")
         t = self.truncated_importance_sampling_type

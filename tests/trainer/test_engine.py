@@ -111,3 +111,4 @@ def test_env_server_killed_mid_run_masks_counts_and_training_finishes(tmp_path, 
         assert logged[k]["train/global_valid_seqs"] == 4 and logged[k]["train/reward/math"] >= 0
     text = format_summary(s)
     assert f"steps {steps}" in text and "failed samples (masked)" in text and "connection_error" in text
+

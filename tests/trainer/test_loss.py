@@ -140,7 +140,7 @@ def test_microbatch_accumulation_equals_full_batch(token_level):
 def test_kl_estimators_by_hand():
     lp = torch.zeros(1, 1, dtype=torch.float64)
     ref = torch.full((1, 1), LN(2), dtype=torch.float64)  # logr = log 2
-    k = lambda t: kl_penalty(lp, ref, lp, LossConfig(reference_policy_kl_type=t)).item()
+    k = lambda t: kl_penalty(lp, ref, lp, LossConfig(reference_policy_kl_penalty=1.0, reference_policy_kl_type=t)).item()
     assert k("k1") == pytest.approx(-LN(2))
     assert k("k2") == pytest.approx(LN(2) ** 2 / 2)
     assert k("k3") == pytest.approx(2 - 1 - LN(2))
@@ -150,7 +150,7 @@ def test_kl_estimators_by_hand():
     assert loss.item() == pytest.approx(0.5 * (1 - LN(2)))
     # output clamp
     assert kl_penalty(lp, torch.full((1, 1), 5.0, dtype=torch.float64), lp,
-                      LossConfig(kl_output_clamp_value=10.0)).item() == pytest.approx(10.0)
+                      LossConfig(reference_policy_kl_penalty=1.0, kl_output_clamp_value=10.0)).item() == pytest.approx(10.0)
 
 
 def test_seq_logprob_error_threshold():
@@ -159,3 +159,33 @@ def test_seq_logprob_error_threshold():
     keep, err = seq_logprob_error_mask(old, gen, torch.ones(2, 2), threshold=2.0)
     assert keep.tolist() == [False, True]
     assert err[0].item() == pytest.approx(3.0) and err[1].item() == pytest.approx(math.exp(0.1))
+
+
+def test_kl_penalty_changes_the_gradient_as_the_loss_file_says():
+    """k3 with the default weight exp(lp - sg(lp)): d/dlp [w * (e^r - 1 - r)] = (e^r - 1 - r) + (1 - e^r)
+    = -r = lp - lp_ref per token, so the penalty adds beta * (lp - lp_ref) / N to each token's gradient."""
+    lp_vals, ref_vals, adv = [[-0.5, -1.0, -2.0]], [[-0.7, -0.2, -2.0]], [0.3]
+
+    def grad(beta):
+        lp = torch.tensor(lp_vals, dtype=torch.float64, requires_grad=True)
+        x = LossInputs(lp=lp, lp_old=lp.detach().clone(), lp_gen=lp.detach().clone(),
+                       advantages=torch.tensor(adv, dtype=torch.float64), token_mask=torch.ones(1, 3),
+                       sample_mask=torch.ones(1), lp_ref=torch.tensor(ref_vals, dtype=torch.float64))
+        loss, _ = clipped_pg_loss(x, cfg(reference_policy_kl_penalty=beta), 3, 1)
+        loss.backward()
+        return lp.grad
+
+    beta = 0.1
+    diff = grad(beta) - grad(0.0)
+    expected = beta * (torch.tensor(lp_vals, dtype=torch.float64) - torch.tensor(ref_vals, dtype=torch.float64)) / 3
+    assert torch.allclose(diff, expected)
+    assert diff[0, 2].item() == 0.0 and diff[0, 0].item() > 0  # equal to the reference: no pull
+
+
+def test_kl_shaping_keys_without_a_penalty_are_errors():
+    with pytest.raises(ValueError, match="reference_policy_kl_type.*reference_policy_kl_penalty is 0"):
+        LossConfig(reference_policy_kl_type="k1")
+    with pytest.raises(ValueError, match="use_on_policy_kl_approximation"):
+        LossConfig(use_on_policy_kl_approximation=True)
+    LossConfig(reference_policy_kl_type="k3")  # the default value is harmless
+    LossConfig(reference_policy_kl_penalty=0.1, reference_policy_kl_type="k1")

@@ -7,7 +7,7 @@ microbatched loss normalised by global counts -> optimizer step(s).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,9 @@ from trainer.grpo.advantages import compute_advantages, group_ids_from_prompts, 
 from trainer.grpo.loss import LossInputs, clipped_pg_loss, seq_logprob_error_mask
 from trainer.grpo.metrics import StepStats
 from trainer.grpo.replay_buffer import Group, Sample
+
+if TYPE_CHECKING:
+    from trainer.grpo.reference import ReferencePolicy
 
 
 def forward_logprobs(model: Any, samples: list[Sample], temperature: float, pad_id: int,
@@ -53,7 +56,9 @@ def _pad(rows: list[list[float]], T: int) -> torch.Tensor:
 
 
 def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[Group], step: int,
-                    cfg: MasterConfig, pad_id: int) -> dict[str, Any]:
+                    cfg: MasterConfig, pad_id: int, reference: ReferencePolicy | None = None) -> dict[str, Any]:
+    """``reference`` is required when ``loss_fn.reference_policy_kl_penalty > 0``: the KL term
+    needs reference logprobs, and a penalty that silently does nothing is worse than an error."""
     t0 = time.perf_counter()
     g, lc, pc = cfg.grpo, cfg.loss_fn, cfg.policy
     temp = pc.generation.temperature
@@ -83,6 +88,11 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
             for i in range(0, B, mb):
                 lp, _ = forward_logprobs(model, samples[i:i + mb], temp, pad_id)
                 lp_old[i:i + mb, :lp.shape[1]] = lp
+    lp_ref = None
+    if lc.reference_policy_kl_penalty > 0:
+        if reference is None:
+            raise ValueError("loss_fn.reference_policy_kl_penalty > 0 needs a reference policy; none was built")
+        lp_ref = reference.logprobs(samples, temp, pad_id, mb, T)
     keep, seq_err = seq_logprob_error_mask(lp_old, lp_gen, token_mask, g.seq_logprob_error_threshold)
     masked_by_lp_error = int((sample_mask & ~keep).sum())
     sample_mask &= keep
@@ -106,7 +116,8 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
             lp, ent = forward_logprobs(model, samples[i:j], temp, pad_id, with_entropy=True)
             t = lp.shape[1]
             x = LossInputs(lp=lp, lp_old=lp_old[i:j, :t], lp_gen=lp_gen[i:j, :t], advantages=adv[i:j],
-                           token_mask=token_mask[i:j, :t], sample_mask=sample_mask[i:j].float())
+                           token_mask=token_mask[i:j, :t], sample_mask=sample_mask[i:j].float(),
+                           lp_ref=None if lp_ref is None else lp_ref[i:j, :t])
             loss, st = clipped_pg_loss(x, lc, toks, seqs)
             loss.backward()
             total += float(loss.detach())

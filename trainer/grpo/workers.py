@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from trainer.config import MasterConfig
+from trainer.grpo.reference import ReferencePolicy
 from trainer.grpo.replay_buffer import Group, Sample, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.grpo.weight_sync import WeightTransport
@@ -291,9 +292,16 @@ class TrainerWorker:
             kw["betas"] = tuple(kw["betas"])
         self.optimizer = cls(self.policy.model.parameters(), **kw)
         self.pad_id = self.policy.tokenizer.pad_token_id
+        self.reference: ReferencePolicy | None = None
+
+    def _ensure_reference(self) -> None:
+        # Taken at the first RL step (after warm start / resume), unless a checkpoint brought one.
+        if self.cfg.loss_fn.reference_policy_kl_penalty > 0 and self.reference is None:
+            self.reference = ReferencePolicy(self.policy.model)
 
     def train_step(self, groups: list[Group], step: int) -> dict[str, Any]:
-        m = grpo_train_step(self.policy.model, self.optimizer, groups, step, self.cfg, self.pad_id)
+        self._ensure_reference()
+        m = grpo_train_step(self.policy.model, self.optimizer, groups, step, self.cfg, self.pad_id, self.reference)
         self.policy.version = step + 1
         return m
 
@@ -324,7 +332,10 @@ class TrainerWorker:
     def save(self, path: str) -> bool:
         from trainer.grpo.checkpoint import save_trainer_state
 
-        save_trainer_state(path, self.policy.model, self.optimizer if self.cfg.checkpointing.save_optimizer else None)
+        save_trainer_state(path, self.policy.model, self.optimizer if self.cfg.checkpointing.save_optimizer else None,
+                           tokenizer=self.policy.tokenizer)
+        if self.reference is not None:
+            self.reference.save(path)
         return True
 
     def load(self, path: str, version: int) -> bool:
@@ -332,6 +343,11 @@ class TrainerWorker:
 
         load_trainer_state(path, self.policy.model, self.optimizer)
         self.policy.version = version
+        if self.cfg.loss_fn.reference_policy_kl_penalty > 0:
+            self.reference = ReferencePolicy.load(self.policy.model, path)
+            if self.reference is None:
+                print(f"driver: checkpoint {path} has no reference policy; the KL penalty now uses the "
+                      f"resumed weights (step {version}) as its reference", flush=True)
         return True
 
     def state_digest(self) -> float:
