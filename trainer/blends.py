@@ -43,6 +43,8 @@ DEFAULT_AGENT_MAP: dict[str, str] = {
     "swe_pivot_simple_agent": "swe",
     "swebench_openhands_agent": "swe",
     "swe_agent": "swe",
+    "calendar_simple_agent": "calendar",
+    "calendar_agent": "calendar",
 }
 
 
