@@ -188,6 +188,10 @@ class Environment:
         """Readiness of this environment's own dependencies: ``{"ok": bool, ...details}``."""
         return {"ok": True}
 
+    def metrics_text(self) -> str:
+        """Prometheus lines about this environment's own dependencies (judge calls...), appended to /metrics."""
+        return ""
+
     # ---- scoring ---------------------------------------------------------------------
     async def verify(self, row: Any, response: ResponseObject, session: Any | None) -> Verdict:
         raise TypeError(f"environment {self.name!r} does not define verify()")

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from servers.aggregate import aggregate_metrics
 from servers.cpu_pool import CpuPool, CpuTaskError, CpuTimeout, CpuWorkerCrashed
 from servers.environment import Environment, SessionError, ToolError, Verdict
+from servers.judge.client import JudgeError
 from servers.metrics import ServerMetrics
 from servers.sessions import SessionStore
 from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass, ResponseObject
@@ -46,6 +47,7 @@ class EnvService:
         self.env = env
         cfg = env.config
         self.metrics = ServerMetrics(env.name)
+        self.metrics.extra = env.metrics_text
         self.pool: CpuPool | None = None
         self.sessions = SessionStore(ttl_s=cfg.session_ttl_s, max_sessions=cfg.max_sessions, close=env.close_session)
         self._slots = asyncio.Semaphore(cfg.max_concurrent)
@@ -150,6 +152,9 @@ class EnvService:
             return Verdict.failure(FailureClass.TIMEOUT, f"verification passed its deadline ({timeout:g}s): {exc}")
         except CpuWorkerCrashed as exc:
             return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc))
+        except JudgeError as exc:
+            # A judge that is down, too slow or never gives a verdict: masked, never a default score.
+            return Verdict.failure(FailureClass.JUDGE_ERROR, str(exc), judge_error_kind=exc.kind)
         except CpuTaskError as exc:
             log.warning("verifier error in %s: %s", self.env.name, exc)
             return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc)[-2000:])

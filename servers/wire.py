@@ -33,7 +33,9 @@ class FailureClass(str, Enum):
     TIMEOUT = "timeout"  # the verifier (or sandbox run it awaited) passed its deadline
     VERIFIER_ERROR = "verifier_error"  # the verifier raised: a bug or an unexpected row
     SANDBOX_ERROR = "sandbox_error"  # the sandbox could not be created / crashed
-    JUDGE_FAILED = "judge_failed"  # NeMo-Gym's name for an LLM-judge call that failed
+    # an LLM judge was down, too slow, or never gave a verdict (NeMo-Gym calls it "judge_failed"
+    # and scores an unparseable reply as wrong; here both are this class, masked)
+    JUDGE_ERROR = "judge_error"
     DEPENDENCY_ERROR = "dependency_error"  # a service the verifier needs is down
     OVERLOADED = "overloaded"  # client side: the server kept answering 503
     CONNECTION_ERROR = "connection_error"  # client side: server unreachable / died

@@ -1,0 +1,48 @@
+"""The judge client: how an environment asks an LLM judge, and what happens when it cannot.
+
+One shared piece for every judge-scored environment. A judge is any OpenAI-compatible
+endpoint (``vllm serve``, NIM, a hosted API, ``envs model serve``) speaking Chat Completions
+or the Responses API. Per endpoint: one pooled aiohttp session, a concurrency bound, a
+deadline per call, retries with jittered backoff on connection errors / timeouts / 429 /
+5xx, and a circuit breaker that fails calls fast while the endpoint is down. Per judge: an
+LRU cache of replies (GRPO groups repeat responses) plus coalescing of identical calls in
+flight, ``<think>`` stripping, and Prometheus metrics (``verigym_judge_*`` on /metrics).
+
+A judge that is down, times out, or keeps answering without a verdict raises
+:class:`JudgeError`; the server turns it into failure class ``judge_error`` (masked), never
+a default score. See docs/judges.md.
+
+Usage in an environment::
+
+    from servers.environment import EnvConfig, Environment, Verdict
+    from servers.judge import JudgedConfig, JudgedEnvironment, find_label
+
+    class RubricConfig(JudgedConfig, EnvConfig):
+        pass                                   # + your keys; config.yaml sets judges.judge.{base_url, model}
+
+    class RubricEnv(JudgedEnvironment, Environment):
+        name = "rubric"; needs = ("judge",); Config = RubricConfig
+        judge_names = ("judge",)               # checked at server start
+
+        async def verify(self, row, response, session):
+            answer = await self.judge("judge").ask(
+                [{"role": "user", "content": f"... {response.output_text} ... [[YES]] or [[NO]]"}],
+                parse=lambda text: find_label(text, {"[[YES]]": True, "[[NO]]": False}))
+            return Verdict(1.0 if answer.verdict else 0.0, extras={"judge_cached": answer.cached})
+
+``parse`` returns the verdict or None ("no verdict in this reply": asked again up to
+``parse_retries`` times, then ``JudgeError(kind="unparseable")``). Standalone use (outside
+an environment)::
+
+    judges = JudgeSet({"judge": JudgeConfig(base_url="http://127.0.0.1:8000/v1", model="m")})
+    answer = await judges["judge"].ask(messages, parse)
+    await judges.close()
+"""
+
+from servers.judge.client import Judge, JudgeAnswer, JudgeError, JudgeSet
+from servers.judge.config import JudgeConfig, JudgedConfig
+from servers.judge.env_support import JudgedEnvironment
+from servers.judge.protocol import Message, find_label, find_regex, strip_think
+
+__all__ = ["Judge", "JudgeAnswer", "JudgeConfig", "JudgeError", "JudgeSet", "JudgedConfig", "JudgedEnvironment",
+           "Message", "find_label", "find_regex", "strip_think"]

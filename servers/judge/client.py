@@ -1,0 +1,226 @@
+"""Asking a judge: cache, in-flight coalescing, retries with backoff, the breaker, parsing.
+
+:class:`Judge` is one named judge; :class:`JudgeSet` builds the judges of a server from
+its config and owns their endpoints. ``Judge.ask`` returns a parsed verdict or raises
+:class:`JudgeError`; it never invents one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar
+
+import orjson
+
+from servers.judge.config import JudgeConfig
+from servers.judge.endpoint import CallFailed, CircuitBreaker, Endpoint
+from servers.judge.protocol import BadJudgeReply, Message, reply_text, request_body, request_path, strip_think
+from servers.metrics import JudgeMetrics, render_judge_metrics
+
+T = TypeVar("T")
+
+
+class JudgeError(Exception):
+    """The judge gave no usable verdict. ``kind``: connection | timeout | rate_limited |
+    http_5xx | http_4xx | bad_response | unparseable | circuit_open | config. The server maps
+    it to failure class ``judge_error`` (masked sample), never to a score."""
+
+    def __init__(self, judge: str, kind: str, detail: str):
+        super().__init__(f"judge {judge!r} {kind}: {detail}")
+        self.judge, self.kind, self.detail = judge, kind, detail
+
+
+@dataclass(frozen=True)
+class JudgeAnswer(Generic[T]):
+    verdict: T
+    text: str  # the judge's reply, reasoning stripped
+    cached: bool  # answered from the cache or by an identical call already in flight
+
+
+class _LRU:
+    def __init__(self, size: int):
+        self.size = size
+        self.data: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, key: str) -> str | None:
+        value = self.data.get(key)
+        if value is not None:
+            self.data.move_to_end(key)
+        return value
+
+    def put(self, key: str, value: str) -> None:
+        if self.size <= 0:
+            return
+        self.data[key] = value
+        self.data.move_to_end(key)
+        if len(self.data) > self.size:
+            self.data.popitem(last=False)
+
+
+class Judge:
+    """One named judge. Use through :meth:`ask`."""
+
+    def __init__(self, name: str, cfg: JudgeConfig, endpoint: Endpoint, metrics: JudgeMetrics):
+        self.name, self.cfg, self.endpoint, self.metrics = name, cfg, endpoint, metrics
+        self.cache = _LRU(cfg.cache_size)
+        self._in_flight: dict[str, asyncio.Future[str]] = {}
+        key = cfg.api_key()
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def ask(self, messages: list[Message], parse: Callable[[str], T | None]) -> JudgeAnswer[T]:
+        """Send ``messages``; return ``parse(reply)`` once it is not None.
+
+        ``parse`` gets the reply with ``<think>`` stripped (config ``strip_think``) and returns
+        the verdict or None when the reply holds none (the judge is asked again, up to
+        ``parse_retries`` times). An identical request (same model, API, sampling, messages)
+        is answered from the cache, or joins the identical call already in flight.
+        """
+        body = request_body(self.cfg, messages)
+        key = hashlib.blake2b(orjson.dumps([self.cfg.api, body], option=orjson.OPT_SORT_KEYS),
+                              digest_size=16).hexdigest()
+        text = self.cache.get(key)
+        if text is None and key in self._in_flight:
+            try:
+                text = await asyncio.shield(self._in_flight[key])
+            except JudgeError:
+                self.metrics.asks["error"] += 1
+                raise
+        if text is not None:
+            verdict = parse(text)
+            if verdict is not None:
+                self.metrics.cache_hits += 1
+                self.metrics.asks["ok"] += 1
+                return JudgeAnswer(verdict, text, cached=True)
+        self.metrics.cache_misses += 1
+        # The call runs as its own task so that a caller cancelled (its /verify deadline) does
+        # not cancel it for the identical requests that joined it.
+        future: asyncio.Future[str] = asyncio.ensure_future(self._fetch_parsed(body, parse))
+        self._in_flight[key] = future
+        future.add_done_callback(lambda f, k=key: self._settle(k, f))
+        try:
+            text = await asyncio.shield(future)
+        except JudgeError:
+            self.metrics.asks["error"] += 1
+            raise
+        self.metrics.asks["ok"] += 1
+        verdict = parse(text)
+        assert verdict is not None  # _fetch_parsed returns only texts that parse
+        return JudgeAnswer(verdict, text, cached=False)
+
+    def _settle(self, key: str, future: asyncio.Future[str]) -> None:
+        self._in_flight.pop(key, None)
+        if future.cancelled():
+            return
+        if future.exception() is None:  # also marks a failure as retrieved when nobody awaits it
+            self.cache.put(key, future.result())
+
+    async def _fetch_parsed(self, body: dict[str, Any], parse: Callable[[str], Any]) -> str:
+        text = ""
+        for _ in range(self.cfg.parse_retries + 1):
+            raw = await self._call(body)
+            text = strip_think(raw) if self.cfg.strip_think else raw
+            if parse(text) is not None:
+                return text
+        self.metrics.errors["unparseable"] += 1
+        shown = text if text else "(empty after removing reasoning)"
+        raise JudgeError(self.name, "unparseable",
+                         f"no verdict in {self.cfg.parse_retries + 1} replies; last: {shown[-500:]!r}")
+
+    async def _call(self, body: dict[str, Any]) -> str:
+        """One completion, retried with jittered exponential backoff; fails fast while the breaker is open."""
+        cfg, breaker = self.cfg, self.endpoint.breaker
+        path = request_path(cfg)
+        attempt = 0
+        while True:
+            if not breaker.allow():
+                self.metrics.errors["circuit_open"] += 1
+                raise JudgeError(self.name, "circuit_open",
+                                 f"{self.endpoint.base_url} failed {breaker.consecutive} calls in a row; "
+                                 f"calls fail fast until a probe succeeds (every {cfg.breaker_reset_s:g}s)")
+            try:
+                async with self.endpoint.slots:
+                    start = time.perf_counter()
+                    try:
+                        payload = await self.endpoint.post(path, body, self._headers, cfg.timeout_s)
+                    finally:
+                        self.metrics.observe_call(time.perf_counter() - start)
+                text = reply_text(cfg.api, payload)
+            except BadJudgeReply as exc:
+                failure = CallFailed("bad_response", str(exc), retryable=True, trips_breaker=False)
+            except CallFailed as exc:
+                failure = exc
+            except asyncio.CancelledError:
+                breaker.record_neutral()  # a cancelled probe must not hold the half-open slot forever
+                raise
+            else:
+                breaker.record_success()
+                self.metrics.circuit_open = 0
+                return text
+            self.metrics.errors[failure.kind] += 1
+            if failure.trips_breaker:
+                breaker.record_failure()
+            else:
+                breaker.record_neutral()
+            self.metrics.circuit_open = int(breaker.opened_at is not None)
+            if not failure.retryable or attempt >= cfg.max_retries:
+                tries = f" (after {attempt + 1} attempts)" if attempt else ""
+                raise JudgeError(self.name, failure.kind, failure.detail + tries)
+            attempt += 1
+            self.metrics.retries += 1
+            delay = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+            if failure.retry_after_s is not None:
+                delay = min(cfg.backoff_max_s, max(delay, failure.retry_after_s))
+            await asyncio.sleep(delay)
+
+
+class JudgeSet:
+    """The named judges of one server. Judges with the same ``base_url`` share an endpoint
+    (connection pool, concurrency bound = the largest ``max_concurrency`` among them, breaker)."""
+
+    def __init__(self, configs: dict[str, JudgeConfig], *, env_name: str = ""):
+        self.endpoints: dict[str, Endpoint] = {}
+        self.judges: dict[str, Judge] = {}
+        for name, cfg in configs.items():
+            endpoint = self.endpoints.get(cfg.base_url)
+            if endpoint is None:
+                shared = [c for c in configs.values() if c.base_url == cfg.base_url]
+                endpoint = Endpoint(cfg.base_url, max(c.max_concurrency for c in shared),
+                                    CircuitBreaker(min(c.breaker_failures for c in shared),
+                                                   min(c.breaker_reset_s for c in shared)))
+                self.endpoints[cfg.base_url] = endpoint
+            try:
+                self.judges[name] = Judge(name, cfg, endpoint, JudgeMetrics(env_name, name))
+            except ValueError as exc:  # api_key_env unset
+                raise JudgeError(name, "config", str(exc)) from None
+        self._health: tuple[float, dict[str, Any]] | None = None
+
+    def __getitem__(self, name: str) -> Judge:
+        return self.judges[name]
+
+    async def close(self) -> None:
+        for endpoint in self.endpoints.values():
+            await endpoint.close()
+
+    async def health(self, max_age_s: float = 2.0) -> dict[str, Any]:
+        """Per judge: reachable (``GET /models`` answered) and breaker state. Cached ``max_age_s``
+        so a health poller does not turn into load on the judge."""
+        now = time.monotonic()
+        if self._health is not None and now - self._health[0] < max_age_s:
+            return self._health[1]
+        probes = {url: asyncio.ensure_future(ep.reachable()) for url, ep in self.endpoints.items()}
+        report: dict[str, Any] = {}
+        for name, judge in self.judges.items():
+            probe = await probes[judge.cfg.base_url]
+            state = judge.endpoint.breaker.state
+            report[name] = {"ok": bool(probe.get("ok")) and state != "open", "base_url": judge.cfg.base_url,
+                            "model": judge.cfg.model, "breaker": state, **{k: v for k, v in probe.items() if k != "ok"}}
+        self._health = (now, report)
+        return report
+
+    def metrics_text(self) -> str:
+        return render_judge_metrics([j.metrics for j in self.judges.values()])

@@ -1,0 +1,57 @@
+"""What every judged environment shares: its judges' life cycle (open at setup, health,
+metrics, close). A mixin, so an environment stays one class with one config::
+
+    class RubricConfig(JudgedConfig, EnvConfig): ...
+    class RubricEnv(JudgedEnvironment, Environment):   # mixin first: its setup/close/health win
+        Config = RubricConfig
+        judge_names = ("judge",)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from servers.judge.client import Judge, JudgeError, JudgeSet
+
+
+class JudgedEnvironment:
+    """Opens a :class:`JudgeSet` from ``config.judges`` at setup; ``self.judge(name)`` gets one.
+
+    ``judge_names`` are the judges the environment asks; a config lacking one fails at server
+    start with a message naming it (not at the first sample).
+    """
+
+    judge_names: ClassVar[tuple[str, ...]] = ("judge",)
+    config: Any  # a JudgedConfig; set by servers.environment.Environment.__init__
+    name: ClassVar[str]
+    judges: JudgeSet | None = None
+
+    async def setup(self) -> None:
+        missing = [n for n in self.judge_names if n not in self.config.judges]
+        if missing:
+            raise JudgeError(missing[0], "config",
+                             f"environment {self.name!r} needs judges {list(self.judge_names)}; config 'judges' "
+                             f"lacks {missing} (set judges.{missing[0]}.base_url and judges.{missing[0]}.model)")
+        self.judges = JudgeSet(self.config.judges, env_name=self.name)
+
+    def judge(self, name: str = "judge") -> Judge:
+        if self.judges is None:
+            raise RuntimeError(f"environment {self.name!r}: judges are opened by setup(); call it first")
+        return self.judges[name]
+
+    def metrics_text(self) -> str:
+        return self.judges.metrics_text() if self.judges is not None else ""
+
+    async def close(self) -> None:
+        if self.judges is not None:
+            await self.judges.close()
+
+    async def health(self) -> dict[str, Any]:
+        if self.judges is None:
+            return {"ok": False, "error": "judges not opened (setup() not run)"}
+        report = await self.judges.health()
+        reachable = all(j["ok"] for j in report.values())
+        ok = reachable or self.config.judge_health == "report"
+        return {"ok": ok, "judges": report,
+                **({} if reachable else {"error": "a judge endpoint is unreachable or its circuit is open: "
+                                                  "samples will fail with judge_error"})}
