@@ -4,23 +4,21 @@ PivotRL-style single-step rows (NeMo-Gym ``swe_pivot``): the prompt is a traject
 ``expected_action`` is the reference next call. The predicted call is the response's first
 ``function_call`` item (or, for models that print calls as text, a ``<tool_call>{...}``
 block in the final message). Reward = ``name_weight`` * (tool name matches) +
-``arguments_weight`` * (arguments match after normalisation, see ``actions.py``), reported
-as ``reward_components``; arguments only score when the name matches.
+``arguments_weight`` * (arguments match after normalisation, see
+``environments/agent_actions/arguments.py``), reported as ``reward_components``;
+arguments only score when the name matches.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from environments.swe_pivot.actions import compare_arguments, parse_arguments
+from environments.agent_actions.arguments import compare_arguments, parse_arguments
+from environments.agent_actions.text_calls import text_tool_calls
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
-
-_TEXT_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 
 
 class ExpectedAction(BaseModel):
@@ -91,15 +89,12 @@ class SwePivotEnvironment(Environment):
             return calls[0].name or "", calls[0].arguments, len(calls)
         cfg: SwePivotConfig = self.config  # type: ignore[assignment]
         if cfg.parse_text_tool_calls:
-            found = _TEXT_CALL.findall(response.last_message_text)
+            found = text_tool_calls(response.last_message_text)
             if found:
-                try:
-                    call = json.loads(found[0])
-                except json.JSONDecodeError:
+                first = found[0]
+                if first.error:
                     return "", "<unparsable <tool_call> block>", len(found)
-                if isinstance(call, dict):
-                    args = call.get("arguments", call.get("parameters", {}))
-                    return str(call.get("name", "")), args, len(found)
+                return first.name, first.arguments, len(found)
         return None
 
     async def verify(self, row: SwePivotRow, response: ResponseObject, session: Any | None) -> Verdict:

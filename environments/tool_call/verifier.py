@@ -2,7 +2,7 @@
 
 Expected calls come from ``expected_answers`` (xLAM / ``xlam_fc`` rows: a list) or
 ``expected_action`` (PivotRL / ``swe_pivot`` rows: one call). Predicted calls are the
-response's ``function_call`` items. Matching rules live in ``matching.py``.
+response's ``function_call`` items. Matching rules live in ``environments/agent_actions/calls.py`` (shared with swe_pivot and next_action).
 
 Reward components (they sum to the reward):
   name      = name_weight      * name score       (multiset name overlap / max(#expected, #predicted))
@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from environments.tool_call.matching import MatchOptions, make_call, match_calls, parse_arguments
+from environments.agent_actions.calls import MatchOptions, make_call, match_calls, parse_arguments
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
 

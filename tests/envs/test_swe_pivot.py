@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from environments.swe_pivot.actions import compare_arguments
-from environments.swe_pivot.shell import canonical_command, commands_equivalent
+from environments.agent_actions.arguments import compare_arguments
+from environments.agent_actions.shell import canonical_command, commands_equivalent
 from environments.swe_pivot.verifier import SwePivotConfig, SwePivotEnvironment, SwePivotRow
 from servers.wire import ResponseObject
 

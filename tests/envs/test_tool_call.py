@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from environments.tool_call.matching import MatchOptions, make_call, match_calls, parse_arguments, value_problems
+from environments.agent_actions.calls import MatchOptions, make_call, match_calls, parse_arguments, value_problems
 from servers import registry
 from servers.service import EnvService
 
@@ -149,3 +149,24 @@ async def test_gold_arguments_that_are_not_a_json_object_are_rejected(service):
         row = {"responses_create_params": {"input": "q"}, "expected_answers": [{"name": "f", "arguments": bad}]}
         status, body = await service.verify({**row, "response": _response(("f", '{"x": 1}'))})
         assert status == 422 and "expected_answers.0.arguments" in str(body["detail"]), body
+
+
+def test_similarity_text_rules_and_strict_numeric_strings():
+    # NeMo-Gym's PivotRL rules: word-count overlap (identical texts score 0.5) and SequenceMatcher.
+    overlap = MatchOptions(text_match="word_overlap", text_threshold=0.3)
+    assert value_problems("climate change effects", "Effects of climate change", overlap, "q") == []
+    assert value_problems("climate change effects", "stock prices today", overlap, "q")
+    assert value_problems("paris", "Paris", overlap, "q")  # one word: identical or nothing
+    sequence = MatchOptions(text_match="sequence", text_threshold=0.9)
+    assert value_problems("ls -la /workspace\n", "ls -la /workspace/", sequence, "cmd") == []
+    assert value_problems("ls -la /workspace", "rm -rf /", sequence, "cmd")
+    assert value_problems(14, "14", MatchOptions(), "n") == []
+    assert value_problems(14, "14", MatchOptions(numeric_strings=False), "n")
+
+
+def test_match_calls_with_a_custom_pair_rule():
+    expected = [make_call("a", {"x": 1}), make_call("b", {})]
+    predicted = [make_call("b", {"ignored": True}), make_call("a", {"x": 2})]
+    by_name = match_calls(expected, predicted, compare=lambda e, p: [] if e.name == p.name else ["name"])
+    assert by_name.exact and [c.predicted_index for c in by_name.calls] == [1, 0]
+    assert not match_calls(expected, predicted).exact

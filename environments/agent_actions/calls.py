@@ -1,7 +1,7 @@
 """Function-call matching: expected calls vs predicted calls, order-insensitive.
 
-Pure functions, no framework imports: ``tool_call`` scores with them and other
-environments (``swe_pivot``) import them.
+Pure functions, no framework imports: ``tool_call``, ``swe_pivot`` and ``next_action``
+score with them.
 
 Rules
 * arguments may be JSON strings (Responses-API ``function_call.arguments``) or objects;
@@ -13,7 +13,12 @@ Rules
   number equals that number ("14" == 14), because models often quote numbers; booleans are
   not numbers (True != 1);
 * strings compare after whitespace normalisation (``collapse``: trim and squeeze runs of
-  whitespace to one space; ``strip``: trim only; ``exact``) and optionally case-folded;
+  whitespace to one space; ``strip``: trim only; ``exact``) and optionally case-folded
+  (``text_match="normalized"``, the default), or by a similarity threshold, NeMo-Gym's
+  PivotRL rules: ``word_overlap`` (lower-cased word multisets, |common| / (|expected| + |got|),
+  so identical texts score 0.5; texts under two words must be identical) or ``sequence``
+  (``difflib.SequenceMatcher`` ratio after trimming and CRLF -> LF);
+* ``numeric_strings=False`` keeps strings and numbers apart ("14" != 14), as NeMo-Gym does;
 * calls are a multiset: each expected call is matched to at most one predicted call by a
   maximum bipartite matching, so order never matters and duplicates count.
 """
@@ -25,9 +30,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from difflib import SequenceMatcher
+from typing import Any, Callable, Literal
 
 Whitespace = Literal["collapse", "strip", "exact"]
+TextMatch = Literal["normalized", "word_overlap", "sequence"]
 _SPACES = re.compile(r"\s+")
 
 
@@ -38,6 +45,9 @@ class MatchOptions:
     whitespace: Whitespace = "collapse"
     case_sensitive: bool = True
     allow_extra_arguments: bool = False  # predicted keys the expected call lacks
+    text_match: TextMatch = "normalized"
+    text_threshold: float = 1.0  # for word_overlap / sequence
+    numeric_strings: bool = True  # "14" == 14
 
 
 @dataclass
@@ -126,6 +136,38 @@ def _norm_text(text: str, options: MatchOptions) -> str:
     return text if options.case_sensitive else text.casefold()
 
 
+def word_overlap(expected: str, got: str) -> float:
+    """NeMo-Gym's word-count similarity: |common words| / (|expected| + |got|), in [0, 0.5]."""
+    want, have = Counter(expected.strip().lower().split()), Counter(got.strip().lower().split())
+    total = sum(want.values()) + sum(have.values())
+    return sum((want & have).values()) / total if total else 1.0
+
+
+def sequence_similarity(expected: str, got: str, threshold: float = 0.0) -> float:
+    """``SequenceMatcher`` ratio of the trimmed, LF-normalised texts. Below ``threshold`` the
+    cheap upper bounds may be returned instead (the full ratio is quadratic in the length)."""
+    a = expected.replace("\r\n", "\n").strip()
+    b = got.replace("\r\n", "\n").strip()
+    if a == b:
+        return 1.0
+    matcher = SequenceMatcher(None, a, b, autojunk=False)
+    for bound in (matcher.real_quick_ratio, matcher.quick_ratio):
+        value = bound()
+        if value < threshold:
+            return value
+    return matcher.ratio()
+
+
+def texts_match(expected: str, got: str, options: MatchOptions) -> bool:
+    if options.text_match == "word_overlap":
+        if len(expected.split()) < 2 or len(got.split()) < 2:
+            return expected == got  # NeMo-Gym: one-word values must be identical
+        return word_overlap(expected, got) >= options.text_threshold
+    if options.text_match == "sequence":
+        return sequence_similarity(expected, got, options.text_threshold) >= options.text_threshold
+    return _norm_text(expected, options) == _norm_text(got, options)
+
+
 def value_problems(expected: Any, got: Any, options: MatchOptions, where: str) -> list[str]:
     """Why ``got`` does not equal ``expected`` (empty: equal under the rules above)."""
     if isinstance(expected, dict):
@@ -151,12 +193,13 @@ def value_problems(expected: Any, got: Any, options: MatchOptions, where: str) -
         return [] if expected == got and type(expected) is type(got) else [f"{where}: expected {expected!r}, got {got!r}"[:200]]
     expected_num, got_num = _number(expected), _number(got)
     both_strings = isinstance(expected, str) and isinstance(got, str)
-    if expected_num is not None and got_num is not None and not both_strings:
+    mixed = isinstance(expected, str) != isinstance(got, str)
+    if expected_num is not None and got_num is not None and not both_strings and (options.numeric_strings or not mixed):
         if _numbers_equal(expected, got, expected_num, got_num, options):
             return []
         return [f"{where}: expected {expected!r}, got {got!r}"[:200]]
     if isinstance(expected, str) and isinstance(got, str):
-        if _norm_text(expected, options) == _norm_text(got, options):
+        if texts_match(expected, got, options):
             return []
         return [f"{where}: expected {expected!r}, got {got!r}"[:200]]
     return [f"{where}: expected {expected!r}, got {got!r}"[:200]]
@@ -194,9 +237,16 @@ def _max_matching(edges: list[list[int]], n_right: int) -> list[int | None]:
     return matched
 
 
-def match_calls(expected: list[Call], predicted: list[Call], options: MatchOptions | None = None) -> MatchResult:
+CallCompare = Callable[[Call, Call], list[str]]
+
+
+def match_calls(expected: list[Call], predicted: list[Call], options: MatchOptions | None = None,
+                compare: CallCompare | None = None) -> MatchResult:
+    """Maximum matching of expected to predicted calls. ``compare(expected, predicted)`` gives
+    the problems of one pair (empty: they match); default :func:`call_problems` with ``options``."""
     options = options or MatchOptions()
-    problems = [[call_problems(e, p, options) for p in predicted] for e in expected]
+    pair = compare or (lambda e, p: call_problems(e, p, options))
+    problems = [[pair(e, p) for p in predicted] for e in expected]
     edges = [[j for j, found in enumerate(row) if not found] for row in problems]
     assignment = _max_matching(edges, len(predicted))
     used = {j for j in assignment if j is not None}

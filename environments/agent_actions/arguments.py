@@ -4,12 +4,12 @@ Pure functions (no I/O), so they are tested alone and cheap enough for the event
 Arguments are normalised per tool family:
 
 * shell tools (``execute_bash``, ``bash``...): ``command`` compared with
-  :func:`environments.swe_pivot.shell.canonical_command`;
+  :func:`environments.agent_actions.shell.canonical_command`;
 * editor tools (``str_replace_editor``, ``file_editor``...): ``path`` normalised,
   ``view_range``/``insert_line`` coerced to integers, text fields compared with line
   endings and trailing spaces normalised (``old_str`` must match a file, but trailing
   whitespace differences are what tokenisers and chat templates introduce, not intent);
-* anything else: ``environments.tool_call.matching.value_problems`` (the tool_call env's
+* anything else: ``environments.agent_actions.calls.value_problems`` (the shared
   rules: numbers with a tolerance, numeric strings equal numbers, whitespace collapsed),
   after dropping ``null`` values (optional arguments left at their default).
 """
@@ -21,8 +21,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from environments.swe_pivot.shell import canonical_command
-from environments.tool_call.matching import MatchOptions, value_problems
+from environments.agent_actions.calls import MatchOptions, value_problems
+from environments.agent_actions.shell import canonical_command
 
 GENERIC_OPTIONS = MatchOptions(whitespace="collapse")
 
