@@ -125,12 +125,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # ---- check -------------------------------------------------------------------------------
 async def _check(name: str, http: bool) -> list[tuple[str, Any]]:
     from servers import registry
-    from servers.examples import check_http, check_inprocess, load_examples
-    from servers.service import EnvService
+    from servers.examples import load_examples
+    from servers.scripted_judge import example_judges
 
     entry = registry.get(name)
     rows = load_examples(entry.example_path)
-    service = EnvService(registry.instantiate(name))
+    # A judged environment's rows run against a scripted judge (data/scripted_judge.yaml), the
+    # test double of the judge model: the check needs no GPU and gives the same verdicts each run.
+    async with example_judges(name, entry.load_class(), entry.folder) as judge_overrides:
+        return await _check_rows(name, rows, http, judge_overrides)
+
+
+async def _check_rows(name: str, rows: list[Any], http: bool, overrides: dict[str, Any]) -> list[tuple[str, Any]]:
+    from servers import registry
+    from servers.examples import check_http, check_inprocess
+    from servers.service import EnvService
+
+    service = EnvService(registry.instantiate(name, overrides=overrides))
     await service.start()
     try:
         runs = [("in-process", await check_inprocess(service, rows))]
@@ -140,7 +151,7 @@ async def _check(name: str, http: bool) -> list[tuple[str, Any]]:
         from servers.app import start_server
         from servers.client import EnvClient
 
-        server = await start_server(registry.instantiate(name))
+        server = await start_server(registry.instantiate(name, overrides=overrides))
         try:
             async with EnvClient({name: server.url}, retries=1) as client:
                 _, info = await client.get(name, "/info")
@@ -307,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (in-process only)")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("check", help="run the environment's data/example.jsonl and report pass/fail per row")
+    p = sub.add_parser("check", help="run the environment's data/example.jsonl and report pass/fail per row "
+                                     "(judged environments: against a scripted judge, data/scripted_judge.yaml)")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--http", action="store_true", help="also run them against a real server on loopback")
     p.set_defaults(func=cmd_check)

@@ -12,6 +12,7 @@ from servers import registry
 from servers.app import start_server
 from servers.client import EnvClient
 from servers.examples import check_http, check_inprocess, load_examples
+from servers.scripted_judge import example_judges
 from servers.service import EnvService
 
 ENVIRONMENTS = sorted(registry.discover())
@@ -44,9 +45,18 @@ def test_folder_layout(name):
     assert {"full", "zero", "status"} <= outcomes, f"{name}: examples need full-reward, zero-reward and malformed rows"
 
 
+@pytest.fixture
+async def judge_overrides(name):
+    """Judged environments (needs "judge"): a scripted judge answering from the folder's
+    data/scripted_judge.yaml, and the config overrides pointing the environment at it."""
+    entry = registry.get(name)
+    async with example_judges(name, entry.load_class(), entry.folder) as overrides:
+        yield overrides
+
+
 @pytest.mark.parametrize("name", ENVIRONMENTS)
-async def test_examples_inprocess(name):
-    env = registry.instantiate(name)
+async def test_examples_inprocess(name, judge_overrides):
+    env = registry.instantiate(name, overrides=judge_overrides)
     service = EnvService(env)
     await service.start()
     try:
@@ -60,8 +70,8 @@ async def test_examples_inprocess(name):
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
-async def test_examples_over_http(name):
-    env = registry.instantiate(name)
+async def test_examples_over_http(name, judge_overrides):
+    env = registry.instantiate(name, overrides=judge_overrides)
     server = await start_server(env)
     try:
         async with EnvClient({name: server.url}, retries=1) as client:

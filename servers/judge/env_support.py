@@ -12,6 +12,14 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from servers.judge.client import Judge, JudgeError, JudgeSet
+from servers.judge.protocol import strip_think
+from servers.wire import ResponseObject
+
+
+def final_answer(response: ResponseObject) -> str:
+    """What a judge should read of the policy's response: its final assistant message, with
+    ``<think>`` reasoning removed (a reply whose reasoning never closed has no answer: "")."""
+    return strip_think(response.last_message_text)
 
 
 class JudgedEnvironment:
