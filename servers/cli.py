@@ -24,6 +24,7 @@ EPILOG = """examples:
   envs bench mcqa --concurrency 64 --requests 20000 --json
   envs generate reasoning_gym --tasks leg_counting --size 100 --seed 1 --output rows.jsonl
   envs prepare swe --data rows.jsonl
+  envs model serve tiny --port 8100           # OpenAI-compatible model server (judges, agents)
 
 Environments are folders under environments/; add more folders with --env-path DIR or
 VERIGYM_ENV_PATH. Docs: docs/adding-an-environment.md, docs/protocol.md.
@@ -357,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="config file")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.set_defaults(func=cmd_prepare)
+
+    from servers.model.cli import add_parser as add_model_parser
+
+    add_model_parser(sub)  # envs model serve PATH_OR_PRESET: the local OpenAI-compatible model server
     return parser
 
 

@@ -5,8 +5,9 @@ Two ways to get one (``policy.model_name``):
 * a local path (or hub id, when the machine has access): ``AutoModelForCausalLM`` and
   ``AutoTokenizer`` load it, and its own chat template is used;
 * ``tiny``: a small Llama-style model initialised from a config with a byte-level
-  tokenizer built here with the ``tokenizers`` library, a ChatML chat template with
+  tokenizer built with the ``tokenizers`` library, a ChatML chat template with
   Hermes-style ``<tool_call>`` syntax, and a fixed seed — no downloads, runs on a CPU.
+  The preset lives in :mod:`servers.model.tiny`, shared with ``envs model serve tiny``.
 
 ``Policy.version`` is the integer the GRPO engine bumps on every weight update; the decode
 loop in :mod:`trainer.generation` stamps each sampled token with the version that was
@@ -22,52 +23,12 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-# Special tokens of the tiny tokenizer. ChatML markers, as Qwen and Nemotron chat use.
-BOS, EOS, PAD = "<|bos|>", "<|endoftext|>", "<|pad|>"
-IM_START, IM_END = "<|im_start|>", "<|im_end|>"
-SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, IM_END]
-
-# ChatML + Hermes tool-call syntax (the format Qwen2.5/3 and many Nemotron checkpoints use),
-# so the tool-call parser in trainer.responses works for both the tiny preset and real models.
-CHATML_TOOLS_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\n' }}"
-    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
-    "{{- '# Tools\\nYou may call functions. Signatures:\\n<tools>' }}"
-    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
-    "{{- '\\n</tools>\\nReturn a call as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call><|im_end|>\\n' }}"
-    "{%- elif messages[0].role == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'system' and loop.first %}"
-    "{%- elif message.role == 'tool' %}"
-    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
-    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') }}"
-    "{%- for call in (message.tool_calls or []) %}"
-    "{{- '<tool_call>{\"name\": \"' + call.function.name + '\", \"arguments\": ' + (call.function.arguments | tojson) + '}</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+# The tiny preset (tokenizer, chat template, model geometry and builder) lives in
+# servers.model.tiny: the local model server serves the same preset.
+from servers.model.tiny import (  # noqa: F401  (re-exported: trainer code and tests import them from here)
+    BOS, CHATML_TOOLS_TEMPLATE, EOS, IM_END, IM_START, PAD, SPECIAL_TOKENS, TinyModelConfig,
+    build_tiny_model, build_tiny_tokenizer,
 )
-
-
-class TinyModelConfig(BaseModel):
-    """Geometry of the ``tiny`` preset (a Llama-style decoder)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    num_hidden_layers: int = 2
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 2048
 
 
 class PolicyConfig(BaseModel):
@@ -81,46 +42,6 @@ class PolicyConfig(BaseModel):
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                                  description="Extra kwargs for apply_chat_template (enable_thinking...)")
-
-
-def build_tiny_tokenizer() -> Any:
-    """A byte-level tokenizer (256 byte symbols + ChatML specials), built offline.
-
-    No merges, so every byte is one token: any text round-trips and re-tokenising a
-    decoded generation gives back the same ids (handy for multi-turn contiguity).
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
-        vocab[symbol] = len(vocab)
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    core.add_special_tokens(SPECIAL_TOKENS)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD,
-                                  additional_special_tokens=[IM_START, IM_END])
-    tok.chat_template = CHATML_TOOLS_TEMPLATE
-    tok.padding_side = "left"
-    return tok
-
-
-def build_tiny_model(tokenizer: Any, cfg: TinyModelConfig, seed: int) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads, max_position_embeddings=cfg.max_position_embeddings,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END)],
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
-    )
-    # Seed a private generator-free init: fork_rng keeps the caller's global RNG untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    return model
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -16,13 +16,22 @@ import numpy as np
 import torch
 
 
-def save_trainer_state(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+def save_trainer_state(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                       tokenizer: Any | None = None) -> None:
+    """Weights, optimizer and RNG; with ``tokenizer``, also config.json, generation_config.json and
+    the tokenizer files, so the step folder is a plain Hugging Face checkpoint that
+    ``AutoModelForCausalLM``, ``policy.model_name=<dir>`` and ``envs model serve <dir>`` load."""
     from safetensors.torch import save_file
 
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     # tied embeddings share storage; safetensors refuses shared tensors, so clone each one
-    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, str(p / "model.safetensors"))
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, str(p / "model.safetensors"),
+              metadata={"format": "pt"})
+    if tokenizer is not None:
+        model.config.save_pretrained(str(p))
+        model.generation_config.save_pretrained(str(p))
+        tokenizer.save_pretrained(str(p))
     if optimizer is not None:
         torch.save(optimizer.state_dict(), p / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},

@@ -1,0 +1,112 @@
+"""``envs model serve PATH_OR_PRESET``: the local OpenAI-compatible model server from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+EPILOG = """examples:
+  envs model serve tiny --port 8100                      # the trainer's tiny preset, on CPU
+  envs model serve runs/tiny/checkpoints --port 8100     # a trained policy: the run's latest step
+  envs model serve runs/tiny/checkpoints/step_000040     # one checkpoint step
+  envs model serve Qwen/Qwen3-0.6B --device cuda         # any Hugging Face causal LM
+  curl -s localhost:8100/v1/chat/completions -H 'Content-Type: application/json' \\
+       -d '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}'
+
+Point a judge at it with judge.base_url=http://127.0.0.1:8100/v1 (judge.model = the served name).
+Engine: vLLM (`vllm serve`) when vLLM is installed and a GPU is visible, else transformers with
+request batching (concurrent requests share one generate; see --max-batch-size/--max-wait-ms).
+On a cluster, point base_url at your vLLM judges instead. Needs the [train] extra (torch, transformers).
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    model = sub.add_parser("model", help="serve a model behind an OpenAI-compatible API (judges, agents)",
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    model_sub = model.add_subparsers(dest="model_command", required=True, metavar="SUBCOMMAND")
+    p = model_sub.add_parser("serve", help="serve 'tiny', a checkpoint folder or a hub id on /v1/chat/completions, "
+                             "/v1/responses, /v1/models", formatter_class=argparse.RawDescriptionHelpFormatter,
+                             epilog=EPILOG)
+    p.add_argument("source", metavar="PATH_OR_PRESET",
+                   help="'tiny', a Hugging Face checkpoint folder, a driver checkpoints/ folder (latest step), or a hub id")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8100, help="port (default 8100; 0 = a free port, printed)")
+    p.add_argument("--engine", choices=("auto", "transformers", "vllm"), default="auto",
+                   help="auto (default): vllm when installed and a GPU is visible, else transformers")
+    p.add_argument("--served-model-name", help="the model id clients send (default: 'tiny' or the folder name)")
+    p.add_argument("--device", default="auto", help="transformers engine: auto (cuda if visible), cpu, cuda, cuda:1...")
+    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--seed", type=int, default=0, help="weights seed of the tiny preset (default 0)")
+    p.add_argument("--max-batch-size", type=int, default=16, help="sequences per batched generate (default 16)")
+    p.add_argument("--max-wait-ms", type=float, default=10.0,
+                   help="how long the first waiting request waits for others to join its batch (default 10)")
+    p.add_argument("--max-queued", type=int, default=1024, help="waiting sequences beyond which requests get 503")
+    p.add_argument("--max-tokens", type=int, default=512, help="new tokens when a request sets no limit (default 512)")
+    p.add_argument("--ready-file", help="write {\"url\", \"model\"} here once serving")
+    p.add_argument("--vllm-args", default="", help="extra arguments for `vllm serve`, one quoted string")
+    p.set_defaults(func=cmd_model_serve)
+
+
+def cmd_model_serve(args: argparse.Namespace) -> int:
+    from servers.model.loading import ModelLoadError, require_torch
+
+    try:
+        require_torch()
+        if args.max_batch_size < 1 or args.max_queued < 1 or args.max_tokens < 1 or args.max_wait_ms < 0:
+            raise ModelLoadError("--max-batch-size, --max-queued and --max-tokens must be >= 1, --max-wait-ms >= 0")
+        from servers.model.vllm_engine import exec_vllm, vllm_available, vllm_command
+
+        if args.engine == "vllm" or (args.engine == "auto" and vllm_available()):
+            if not vllm_available():
+                raise ModelLoadError("--engine vllm needs the vllm package and a visible GPU")
+            cache = Path.home() / ".cache" / "verigym" / "models"
+            cache.mkdir(parents=True, exist_ok=True)
+            exec_vllm(vllm_command(args.source, host=args.host, port=args.port or 8100,
+                                   served_name=args.served_model_name,
+                                   dtype=args.dtype, seed=args.seed, cache_dir=cache, extra=shlex.split(args.vllm_args)))
+        return asyncio.run(_serve_transformers(args))
+    except ModelLoadError as exc:
+        print(f"envs model serve: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _serve_transformers(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from servers.model.loading import load_model
+    from servers.model.server import ModelServer
+
+    print(f"envs model serve: loading {args.source} ...", file=sys.stderr, flush=True)
+    loaded = await asyncio.to_thread(load_model, args.source, device=args.device, dtype=args.dtype, seed=args.seed,
+                                     served_name=args.served_model_name)
+    server = ModelServer(loaded, max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
+                         max_queued=args.max_queued, default_max_tokens=args.max_tokens)
+    runner = web.AppRunner(server.make_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        print(f"envs model serve: cannot bind {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    port = site._server.sockets[0].getsockname()[1]  # the real port when --port 0
+    url = f"http://{args.host}:{port}"
+    params = sum(p.numel() for p in loaded.model.parameters())
+    print(f"envs model serve: {loaded.name} ({params / 1e6:.1f}M parameters, {loaded.device}) on {url}/v1 "
+          f"[transformers, batch <= {args.max_batch_size}, wait {args.max_wait_ms:g} ms]", file=sys.stderr, flush=True)
+    if args.ready_file:
+        Path(args.ready_file).write_text(json.dumps({"url": url, "base_url": f"{url}/v1", "model": loaded.name}))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("envs model serve: stopping", file=sys.stderr, flush=True)
+    await runner.cleanup()
+    return 0
