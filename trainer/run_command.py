@@ -30,7 +30,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--data-dir", default=None, help="prepared data folder (default: data/<blend>)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and the plan, start nothing")
     p.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints in the log dir")
-    p.add_argument("--backend", choices=["local"], default="local", help="training backend (local engine)")
+    p.add_argument("--backend", choices=["local", "nemo-rl"], default="local",
+                   help="local: the built-in engine; nemo-rl: write NeMo-RL's GRPO + NeMo-Gym configs and the job "
+                        "(with a stage preset: -c rlvr|swe1|swe2|rlhf, or their _small/_test variants)")
     p.set_defaults(func=cmd_run)
 
 
@@ -85,6 +87,10 @@ def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.backend == "nemo-rl":
+        from trainer.nemo_rl.command import run_nemo_rl
+
+        return run_nemo_rl(args)
     overrides = list(args.overrides)
     if args.blend:
         overrides.insert(0, f"data.blend={args.blend}")
