@@ -11,6 +11,7 @@ Keys that NeMo-RL does not have are ours and are marked ``# verigym`` below.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -242,6 +243,11 @@ def _check_keys(model: type[BaseModel], data: Any, path: str) -> None:
     for key, value in data.items():
         if key not in fields:
             where = f"{path}.{key}" if path else key
+            from trainer.nemo_rl.schema import is_nemo_rl_key
+
+            if is_nemo_rl_key(where):  # a real NeMo-RL key (a stage preset's) this engine cannot act on
+                raise ConfigError(f"config key {where!r} is NeMo-RL's, and the built-in engine cannot act on it; "
+                                  "run NeMo-RL stage presets with --backend nemo-rl")
             close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
             hint = f"did you mean {(path + '.' if path else '') + close[0]!r}?" if close else \
                 f"valid keys{' of ' + path if path else ''}: {', '.join(fields)}"
@@ -258,10 +264,16 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
 def _parse_value(text: str) -> Any:
     if text.lower() in ("null", "none", "~"):
         return None
-    return yaml.safe_load(text)
+    value = yaml.safe_load(text)
+    if isinstance(value, str) and _FLOAT.match(value):  # YAML 1.1 reads 1e-6 as a string; OmegaConf a float
+        return float(value)
+    return value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -102,10 +102,7 @@ def _source_file(blend: Blend, source: Source, override: Path | None, workdir: P
         path = Path(source.path)
         return path if path.is_absolute() else (blend.folder / path)
     if source.hub:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download(source.hub.repo, source.hub.file, repo_type="dataset",
-                                    revision=source.hub.revision))
+        return _hub_file(source)
     gen = source.generate
     assert gen is not None
     out = workdir / f"generated_{gen.env}_{gen.seed}.jsonl"
@@ -118,6 +115,24 @@ def _source_file(blend: Blend, source: Source, override: Path | None, workdir: P
     if done.returncode != 0:
         raise DataPrepError(f"source {source.label()}: `envs generate` failed:\n{done.stderr[-2000:]}")
     return out
+
+
+def _hub_file(source: Source) -> Path:
+    """The hub file, downloaded or from the cache; no network is one line saying what to do."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    assert source.hub is not None
+    try:
+        return Path(hf_hub_download(source.hub.repo, source.hub.file, repo_type="dataset",
+                                    revision=source.hub.revision))
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise DataPrepError(
+            f"cannot get {source.label()} ({type(exc).__name__}: {reason}). Offline? Pass --input FILE (or a folder "
+            f"holding {Path(source.hub.file).name}), or --data-dir with a prepared blend, or set HF_HUB_OFFLINE=1 "
+            "with the file in the Hugging Face cache (download it once with `hf download "
+            f"{source.hub.repo} {source.hub.file} --repo-type dataset`)") from None
 
 
 def _read_jsonl(path: Path, label: str, default_agent: str | None,

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from trainer.blends import BlendError
 from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
+from trainer.data_prep import DataPrepError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,8 +38,12 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def _load_data(cfg: MasterConfig, data_dir: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """Rows with ``_verigym_env`` set to the environment each routes to, and the envs needed."""
+def _load_data(cfg: MasterConfig, data_dir: str | None,
+               dry_run: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """Rows with ``_verigym_env`` set to the environment each routes to, and the envs needed.
+
+    A dry run never prepares data (that may download the blend): it reads what is prepared, or
+    returns no rows and lets the plan say how to prepare them."""
     def read(path: Path) -> list[dict[str, Any]]:
         return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
 
@@ -50,7 +56,10 @@ def _load_data(cfg: MasterConfig, data_dir: str | None) -> tuple[list[dict[str, 
 
         blend = load_blend(cfg.data.blend)
         out = Path(data_dir) if data_dir else Path("data") / Path(cfg.data.blend).stem
-        prep_blend(cfg.data.blend, out)
+        if dry_run and not (out / "train.jsonl").is_file():
+            return [], [], []
+        if not dry_run:
+            prep_blend(cfg.data.blend, out)
         train, val = read(out / "train.jsonl"), read(out / "val.jsonl")
         route = blend.env_for
     else:
@@ -98,13 +107,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides)
         if args.blend and args.config == "tiny" and args.blend != "tiny" and not any(o.startswith("logger.log_dir=") for o in overrides):
             cfg.logger.log_dir = f"runs/{args.blend}"
-        train, val, envs = _load_data(cfg, args.data_dir)
-    except ConfigError as exc:
+        train, val, envs = _load_data(cfg, args.data_dir, dry_run=args.dry_run)
+    except (ConfigError, BlendError, DataPrepError) as exc:
         print(f"driver run: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
         print(to_yaml(cfg))
         print("# plan\n" + plan(cfg, envs, len(train), len(val)))
+        if not train and cfg.data.blend:
+            out = Path(args.data_dir) if args.data_dir else Path("data") / Path(cfg.data.blend).stem
+            print(f"data: {out} is not prepared; a real run prepares it (`driver data prep --blend {cfg.data.blend}`; "
+                  "offline: --input FILE, or HF_HUB_OFFLINE=1 with the files in the Hugging Face cache)")
         return 0
     print(plan(cfg, envs, len(train), len(val)), flush=True)
     from trainer.fleet import Fleet
