@@ -26,13 +26,14 @@ from typing import Mapping, Sequence
 from . import hostfs
 from .base import ExecResult, Limits, Sandbox, SandboxBackend, SandboxError, SandboxSpec, run_terms
 from .bwrap import THREAD_ENV, limits_argv
+from .ceiling import Ceiling
 from .runner import run_launcher
 from .verdicts import classify
 
 
 def apptainer_argv(binary: str, image: str, host_workdir: str, workdir: str, cmd: Sequence[str],
                    limits: Limits, env: Mapping[str, str], network: bool = False,
-                   extra_binds: Sequence[str] = ()) -> list[str]:
+                   extra_binds: Sequence[str] = (), ceiling: Ceiling = Ceiling()) -> list[str]:
     """The exact command line for one exec (pure: unit-tested without apptainer)."""
     argv = [binary, "exec", "--containall", "--cleanenv", "--no-home", "--pid", "--ipc"]
     if not network:
@@ -43,7 +44,7 @@ def apptainer_argv(binary: str, image: str, host_workdir: str, workdir: str, cmd
     for key, value in sorted(env.items()):
         argv += ["--env", f"{key}={value}"]
     argv.append(image)
-    return argv + limits_argv(limits, None) + list(cmd)
+    return argv + limits_argv(limits, None, ceiling) + list(cmd)
 
 
 class ApptainerSandbox(Sandbox):
@@ -60,13 +61,14 @@ class ApptainerSandbox(Sandbox):
         full_env = {"HOME": self.spec.workdir, "LANG": "C.UTF-8", **THREAD_ENV, **self.spec.env, **(env or {})}
         return apptainer_argv(self._backend.binary, self.image, str(self.host_workdir), self.spec.workdir,
                               argv, limits or self.spec.limits, full_env, self.spec.network,
-                              self._backend.extra_binds)
+                              self._backend.extra_binds, self._backend.ceiling)
 
     async def exec(self, cmd: Sequence[str] | str, *, stdin: bytes | str | None = None,
                    timeout: float | None = None, limits: Limits | None = None,
                    env: Mapping[str, str] | None = None) -> ExecResult:
         self._check_alive()
         lim, deadline, data = run_terms(self.spec.limits, limits, timeout, stdin)
+        lim = self._backend.ceiling.clamp(lim)
         async with self._lock:
             raw = await run_launcher(self.command(cmd, lim, env), stdin=data, timeout=deadline,
                                      max_output=lim.max_output_bytes, env={"PATH": os.environ.get("PATH", "")})
@@ -107,6 +109,7 @@ class ApptainerBackend(SandboxBackend):
         self.binary, self.image = binary, image
         self.root_dir = Path(root_dir or os.path.join(tempfile.gettempdir(), f"verigym-apptainer-{os.getuid()}"))
         self.extra_binds = tuple(extra_binds)
+        self.ceiling = Ceiling.inherited()  # apptainer runs as our child: it inherits our limits
 
     def _resolve(self, spec: SandboxSpec) -> str:
         image = spec.image or self.image

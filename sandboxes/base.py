@@ -27,7 +27,10 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from .ceiling import Ceiling
 
 
 class SandboxError(RuntimeError):
@@ -211,6 +214,13 @@ class Sandbox(abc.ABC):
 
 class SandboxBackend(abc.ABC):
     name: str = ""
+    # Set by every backend's constructor: the hard limits its sandboxes inherit. No run asks
+    # the kernel for more (sandboxes/ceiling.py, one policy for every backend).
+    ceiling: "Ceiling"
+
+    async def describe(self) -> dict:
+        """What this backend gives its sandboxes on this host (start-up log, ``/info``)."""
+        return {"backend": self.name, "inherited_hard_limits": self.ceiling.describe()}
 
     @abc.abstractmethod
     async def create(self, spec: SandboxSpec) -> Sandbox:

@@ -12,20 +12,25 @@ Two modes:
   used here on purpose: mapped to uid 0 outside, RLIMIT_NPROC would not apply at all.
 * **unprivileged**: ``bwrap --unshare-all`` (user namespace too), ``prlimit`` only; the
   process limit then counts the calling user's processes host-wide (documented limit).
+
+Limits: every rlimit comes from :class:`sandboxes.ceiling.Ceiling` (never above the hard
+limits the server inherited). The interpreter: :mod:`sandboxes.interpreter`; its folders
+are bound after the sandbox's own ``/tmp``, so an install under the host's ``/tmp`` stays
+visible; one the sandbox's own mounts would hide (``/proc``, ``/dev``, ``/etc``, the
+workdir) is refused with the reason.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .base import Limits
+from .base import Limits, SandboxError
+from .ceiling import Ceiling
+from .interpreter import PythonInstall
 
-_MIB = 1 << 20
 # /etc entries that programs commonly need and that reveal nothing secret about the host.
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives",
               "nsswitch.conf", "mime.types", "protocols", "services")
@@ -33,32 +38,15 @@ _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alterna
 # RLIMIT_NPROC / the address-space limit at import time (a known peer failure).
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1"}
-# Helpers run before the program inside the sandbox; the limit must leave room for them.
-_LAUNCHER_PROCS = 2
+# Where the sandbox mounts its own things: a Python install there would be hidden (or hide
+# them). /tmp is not among them: the install's binds go on top of the sandbox's /tmp.
+_SANDBOX_OWN = ("/proc", "/dev", "/etc")
+# Under these the zygote removes what a run leaves (zygote_main._scrub); binds kept there.
+SCRUBBED_DIRS = ("/tmp", "/dev/shm")
 
 
-@dataclass(frozen=True)
-class PythonInstall:
-    executable: str
-    roots: tuple[str, ...]  # directories to bind read-only (prefix, base prefix) if not under /usr
-
-    @classmethod
-    def current(cls) -> "PythonInstall":
-        return cls.of(sys.executable, (sys.prefix, sys.base_prefix, sys.exec_prefix))
-
-    @classmethod
-    def of(cls, executable: str, prefixes: Sequence[str]) -> "PythonInstall":
-        roots: list[str] = []
-        for p in prefixes:
-            real = os.path.realpath(p)
-            if real.startswith("/usr/") or real == "/usr" or real in roots:
-                continue
-            roots.append(real)
-        return cls(executable=executable, roots=tuple(roots))
-
-    @property
-    def bin_dir(self) -> str:
-        return os.path.dirname(self.executable)
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def sandbox_env(python: PythonInstall, workdir: str, extra: Mapping[str, str]) -> dict[str, str]:
@@ -69,15 +57,11 @@ def sandbox_env(python: PythonInstall, workdir: str, extra: Mapping[str, str]) -
     return env
 
 
-def limits_argv(limits: Limits, uid: int | None) -> list[str]:
-    """``prlimit ... [setpriv ...] --`` prefix that applies limits, then drops to ``uid``."""
-    cpu_soft = max(1, math.ceil(limits.cpu_s))
-    mem = limits.memory_mb * _MIB
-    fsize = limits.max_file_mb * _MIB
-    argv = ["prlimit", f"--cpu={cpu_soft}:{cpu_soft + 1}", f"--as={mem}:{mem}",
-            f"--nproc={limits.max_processes + _LAUNCHER_PROCS}:{limits.max_processes + _LAUNCHER_PROCS}",
-            f"--fsize={fsize}:{fsize}", f"--nofile={limits.max_open_files}:{limits.max_open_files}",
-            "--core=0:0", "--"]
+def limits_argv(limits: Limits, uid: int | None, ceiling: Ceiling) -> list[str]:
+    """``prlimit ... [setpriv ...] --`` prefix that applies limits (clamped to ``ceiling``:
+    without capabilities a hard limit can only be lowered), then drops to ``uid``."""
+    r = ceiling.rlimits(limits)
+    argv = ["prlimit", *(f"--{name}={soft}:{hard}" for name, (soft, hard) in r.items()), "--core=0:0", "--"]
     if uid is not None:
         argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
@@ -112,6 +96,24 @@ class BwrapLayout:
     python: PythonInstall
     uid: int | None          # None in unprivileged mode
     extra_ro_binds: tuple[str, ...] = ()
+    ceiling: Ceiling = field(default_factory=Ceiling)  # hard limits inherited: rlimits never above them
+
+    def __post_init__(self) -> None:
+        for root in (*self.python.roots, *self.extra_ro_binds):
+            hidden = [top for top in (*_SANDBOX_OWN, self.workdir) if _under(root, top) or _under(top, root)]
+            if hidden:
+                raise SandboxError(
+                    f"cannot expose {root} read-only in the sandbox: the sandbox mounts its own {hidden[0]} "
+                    f"there. Run the server from an interpreter elsewhere, or name one with the backend option "
+                    f"python=PATH (config: sandbox_options: {{python: PATH}})")
+
+    @property
+    def binds(self) -> tuple[str, ...]:
+        return (*self.python.roots, *self.extra_ro_binds)
+
+    def scrub_keep(self) -> list[str]:
+        """Binds inside the folders the zygote cleans after each run: never to be touched."""
+        return [b for b in self.binds if any(_under(b, top) for top in SCRUBBED_DIRS)]
 
     def argv(self, cmd: Sequence[str], limits: Limits, env: Mapping[str, str],
              status_fd: int | None = None, init_wrapper: bool = True) -> list[str]:
@@ -123,21 +125,22 @@ class BwrapLayout:
         # --as-pid-1 + a /bin/sh parent (below): the outer bwrap then waitpid()s the
         # namespace's pid 1 itself, so wait4() on bwrap returns the whole tree's CPU time
         # (with bwrap's own init, the outer process exits without reaping and it is lost).
-        # Directories bwrap creates for mount points default to 0700 (unreadable to the
-        # sandbox uid), so create the ones on the way to binds world-traversable first.
         args = [self.bwrap, *ns, "--die-with-parent", "--new-session", "--as-pid-1",
                 *(["--json-status-fd", str(status_fd)] if status_fd is not None else []),
                 "--hostname", "sandbox", "--perms", "0755", "--dir", "/etc",
                 *_system_binds()]
-        for parent in _parents(*self.python.roots, *self.extra_ro_binds, self.workdir):
-            args += ["--perms", "0755", "--dir", parent]
         for name in ("passwd", "group", "hosts"):
             args += ["--ro-bind", str(self.etc_dir / name), f"/etc/{name}"]
-        for root in (*self.python.roots, *self.extra_ro_binds):
+        # The sandbox's own /proc, /dev, /tmp first, the host folders after: bwrap mounts in
+        # order, so an interpreter under the host's /tmp lands on top of the private /tmp
+        # instead of under it. Directories bwrap creates for mount points default to 0700
+        # (unreadable to the sandbox uid), so the ones on the way to binds are made 0755.
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        for parent in _parents(*self.binds, self.workdir):
+            args += ["--perms", "0755", "--dir", parent]
+        for root in self.binds:
             args += ["--ro-bind", root, root]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-                 "--bind", str(self.host_workdir), self.workdir, "--chdir", self.workdir,
-                 "--clearenv"]
+        args += ["--bind", str(self.host_workdir), self.workdir, "--chdir", self.workdir, "--clearenv"]
         for key, value in env.items():
             args += ["--setenv", key, value]
         args.append("--")
@@ -145,8 +148,8 @@ class BwrapLayout:
         # reports death-by-signal N as 128+N, and the kernel protects it from the program's
         # own `kill -9 1` / `kill -9 -1`. When it exits, everything left in the PID namespace dies.
         if not init_wrapper:
-            return args + limits_argv(limits, self.uid) + list(cmd)
-        return args + limits_argv(limits, self.uid) + ["/bin/sh", "-c", '"$@"; exit $?', "sh", *cmd]
+            return args + limits_argv(limits, self.uid, self.ceiling) + list(cmd)
+        return args + limits_argv(limits, self.uid, self.ceiling) + ["/bin/sh", "-c", '"$@"; exit $?', "sh", *cmd]
 
 
 def _parents(*paths: str) -> list[str]:

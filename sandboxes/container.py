@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 from .base import (ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxSpec,
                    run_terms)
 from .bwrap import THREAD_ENV, limits_argv
+from .ceiling import Ceiling
 from .longlived import ContainerProcess
 from .runner import RawOutcome
 from .verdicts import classify
@@ -67,6 +68,8 @@ class ContainerSandbox(Sandbox):
 
     def __init__(self, backend: "ContainerBackend", spec: SandboxSpec, container: Any) -> None:
         self.spec, self._backend, self._container = spec, backend, container
+        # The container's own ulimits are the hard limits its execs inherit.
+        self.ceiling = backend.container_ceiling(spec)
         self._lock = asyncio.Lock()
         self._destroyed = False
         self._processes: set[ContainerProcess] = set()
@@ -81,9 +84,9 @@ class ContainerSandbox(Sandbox):
         argv = list(argv)
         if not argv:
             raise ValueError("empty command")
-        lim = limits or self.spec.limits
+        lim = self.ceiling.clamp(limits or self.spec.limits)
         pidfile = f"/tmp/.verigym-proc-{uuid.uuid4().hex}"
-        wrapped = limits_argv(lim, None) + ["setsid", "-w", "/bin/sh", "-c", f'echo $$ > {pidfile}; exec "$@"',
+        wrapped = limits_argv(lim, None, self.ceiling) + ["setsid", "-w", "/bin/sh", "-c", f'echo $$ > {pidfile}; exec "$@"',
                                             "sh", *argv]
         full_env = {"HOME": self.spec.workdir, "LANG": "C.UTF-8", **THREAD_ENV, **self.spec.env, **(env or {})}
         api, user = self._backend.client.api, self._backend.user or ""
@@ -113,6 +116,7 @@ class ContainerSandbox(Sandbox):
         self._check_alive()
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         lim, deadline, data = run_terms(self.spec.limits, limits, timeout, stdin)
+        lim = self.ceiling.clamp(lim)
         async with self._lock:
             stdin_path = None
             if data:
@@ -139,7 +143,7 @@ class ContainerSandbox(Sandbox):
         redirect = f' < "{stdin_path}"' if stdin_path else " < /dev/null"
         script = (f'"$@"{redirect}; rc=$?; ' + (f'rm -f "{stdin_path}"; ' if stdin_path else "")
                   + "printf '" + _TIMES_MARK.decode().replace("\n", "\\n") + "' >&2; times >&2; exit $rc")
-        wrapped = limits_argv(lim, None) + ["/bin/sh", "-c", script, "sh", *argv]
+        wrapped = limits_argv(lim, None, self.ceiling) + ["/bin/sh", "-c", script, "sh", *argv]
         full_env = {"HOME": self.spec.workdir, "LANG": "C.UTF-8", **THREAD_ENV, **self.spec.env, **env}
         start = time.monotonic()
         try:
@@ -282,6 +286,20 @@ class ContainerBackend(SandboxBackend):
         self.extra_run_kwargs = dict(extra_run_kwargs or {})
         self._client: Any = None
         self._live: set[ContainerSandbox] = set()
+        # What this server inherited: the container ulimits it asks the engine for stay under
+        # it (a local rootless engine started from the same job inherits the same limits).
+        self.ceiling = Ceiling.inherited()
+
+    def container_ulimits(self, spec: SandboxSpec) -> dict[str, int]:
+        """nofile and nproc of a sandbox's container. nproc explicit, or Podman's compat API
+        asks runc for the service's own (higher) nproc and the kernel refuses; pids_limit is
+        the real process cap. Neither above what this server inherited."""
+        cap = self.ceiling.clamp(spec.limits)
+        nproc = self.ceiling.of("nproc")
+        return {"nofile": cap.max_open_files, "nproc": min(1024, nproc) if nproc is not None else 1024}
+
+    def container_ceiling(self, spec: SandboxSpec) -> Ceiling:
+        return self.ceiling.lowered("container ulimits", **self.container_ulimits(spec))
 
     @property
     def client(self) -> Any:
@@ -298,17 +316,16 @@ class ContainerBackend(SandboxBackend):
         image = spec.image or self.image
         if not image:
             raise SandboxError("container backend needs an image (SandboxSpec.image or image=...)")
-        lim = spec.limits
+        lim = self.ceiling.clamp(spec.limits)
+        ulimits = self.container_ulimits(spec)
         docker = _docker()
         kwargs: dict[str, Any] = dict(
             command=["sleep", "infinity"], network_mode=None if spec.network else "none",
             mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m",
             nano_cpus=int(self.cpus * 1e9), pids_limit=lim.max_processes + 8,
-            ulimits=[docker.types.Ulimit(name="nofile", soft=lim.max_open_files, hard=lim.max_open_files),
+            ulimits=[docker.types.Ulimit(name="nofile", soft=ulimits["nofile"], hard=ulimits["nofile"]),
                      docker.types.Ulimit(name="core", soft=0, hard=0),
-                     # Explicit, or Podman's compat API asks runc for the service's own (higher)
-                     # nproc and the kernel refuses. pids_limit is the real process cap.
-                     docker.types.Ulimit(name="nproc", soft=1024, hard=1024)],
+                     docker.types.Ulimit(name="nproc", soft=ulimits["nproc"], hard=ulimits["nproc"])],
             cap_drop=["ALL"], cap_add=list(self.cap_add) or None, security_opt=["no-new-privileges"],
             labels={"verigym.sandbox": "1"}, user=self.user, hostname="sandbox",
             working_dir=spec.workdir,  # the engine creates it (root without caps may not)

@@ -20,7 +20,9 @@ from typing import Collection, Mapping, Sequence
 
 from . import hostfs
 from .base import ExecResult, Limits, Sandbox, SandboxBackend, SandboxError, SandboxSpec, run_terms
-from .bwrap import BwrapLayout, PythonInstall, sandbox_env, write_etc
+from .bwrap import BwrapLayout, sandbox_env, write_etc
+from .ceiling import Ceiling
+from .interpreter import PythonInstall, probe_command
 from .longlived import BwrapProcess
 from .runner import StatusPipe, run_launcher
 from .verdicts import classify
@@ -89,6 +91,7 @@ class ProcessSandbox(Sandbox):
         if not argv:
             raise ValueError("empty command")
         lim, deadline, data = run_terms(self.spec.limits, limits, timeout, stdin)
+        lim = self.layout.ceiling.clamp(lim)  # verdicts are judged against what the run really got
         full_env = sandbox_env(self.layout.python, self.layout.workdir, {**self.spec.env, **(env or {})})
         uid = self.uid
         async with self._lock:
@@ -115,6 +118,7 @@ class ProcessSandbox(Sandbox):
             return await self.exec(argv, stdin=stdin, timeout=timeout, limits=limits, env=env)
         self._check_alive()
         lim, deadline, data = run_terms(self.spec.limits, limits, timeout, stdin)
+        lim = self.layout.ceiling.clamp(lim)
         job = {"path": path, "code": code, "args": list(args), "cwd": self.layout.workdir,
                "env": sandbox_env(self.layout.python, self.layout.workdir, {**self.spec.env, **(env or {})})}
         async with self._lock:
@@ -139,7 +143,7 @@ class ProcessSandbox(Sandbox):
         argv = list(argv)
         if not argv:
             raise ValueError("empty command")
-        lim = limits or self.spec.limits
+        lim = self.layout.ceiling.clamp(limits or self.spec.limits)
         full_env = sandbox_env(self.layout.python, self.layout.workdir, {**self.spec.env, **(env or {})})
         status = StatusPipe()
         proc = BwrapProcess(self.layout.argv(argv, lim, full_env, status_fd=status.write_fd),
@@ -228,7 +232,10 @@ class ProcessSandbox(Sandbox):
 class ProcessBackend(SandboxBackend):
     """Options: ``python`` (interpreter to expose; default the server's), ``root_dir`` (host
     state), ``workdir_size_mb`` (tmpfs cap), ``uid_base``/``uid_count``, ``bwrap``,
-    ``extra_ro_binds`` (more host dirs to expose read-only)."""
+    ``extra_ro_binds`` (more host dirs to expose read-only).
+
+    ``ceiling``: the hard limits this process inherited, read once here; no sandbox asks
+    the kernel for more (sandboxes/ceiling.py)."""
 
     name = "process"
 
@@ -248,19 +255,20 @@ class ProcessBackend(SandboxBackend):
         self._python_path = python
         self._python: PythonInstall | None = None if python else PythonInstall.current()
         self._live: set[ProcessSandbox] = set()
+        self.ceiling = Ceiling.inherited()
 
     async def _python_install(self) -> PythonInstall:
         if self._python is None:
             assert self._python_path is not None
-            proc = await asyncio.create_subprocess_exec(
-                self._python_path, "-c",
-                "import sys; print(sys.executable); print(sys.prefix); print(sys.base_prefix)",
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *probe_command(self._python_path), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            except OSError as exc:
+                raise SandboxError(f"python {self._python_path!r} unusable: {exc}") from exc
             out, err = await proc.communicate()
             if proc.returncode != 0:
                 raise SandboxError(f"python {self._python_path!r} unusable: {err.decode()[-500:]}")
-            exe, *prefixes = out.decode().split("\n")[:3]
-            self._python = PythonInstall.of(exe, prefixes)
+            self._python = PythonInstall.from_probe(out.decode())
         return self._python
 
     async def create(self, spec: SandboxSpec) -> ProcessSandbox:
@@ -286,7 +294,7 @@ class ProcessBackend(SandboxBackend):
             write_etc(state_dir / "etc", uid, spec.workdir)
             layout = BwrapLayout(bwrap=self.bwrap, host_workdir=work, workdir=spec.workdir,
                                  etc_dir=state_dir / "etc", python=python, uid=uid,
-                                 extra_ro_binds=self.extra_ro_binds)
+                                 extra_ro_binds=self.extra_ro_binds, ceiling=self.ceiling)
             sandbox = ProcessSandbox(self, spec, layout, state_dir, lease, tmpfs)
             if spec.files:
                 hostfs.write_files(work, spec.files, uid, spec.workdir)
@@ -311,6 +319,15 @@ class ProcessBackend(SandboxBackend):
             return {**info, "ok": False, "error": str(exc)}
         ok = res.ok
         return {**info, "ok": ok, **({} if ok else {"error": res.text("stderr")[-500:]})}
+
+    async def describe(self) -> dict:
+        info = await super().describe()
+        info["mode"] = "root (a uid per sandbox)" if self.privileged else "unprivileged (user namespace)"
+        try:
+            info["interpreter"] = (await self._python_install()).describe()
+        except SandboxError as exc:
+            info["interpreter"] = {"error": str(exc)}
+        return info
 
     async def close(self) -> None:
         for sb in list(self._live):

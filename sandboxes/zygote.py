@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import socket
 import struct
@@ -24,29 +23,27 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .base import ExecResult, Limits, SandboxError
-from .bwrap import _LAUNCHER_PROCS, BwrapLayout
+from .bwrap import BwrapLayout
+from .ceiling import Ceiling
 from .longlived import Launched
 from .runner import OutputPipes, RawOutcome, StatusPipe, _feed_stdin
 from .verdicts import classify
 
 ZYGOTE_SOURCE = Path(__file__).with_name("zygote_main.py").read_text()
 _HEADER = struct.Struct(">Q")
-_MIB = 1 << 20
 _START_TIMEOUT_S = 30.0   # bwrap + interpreter start, generous under heavy machine load
 _KILL_GRACE_S = 3.0       # after a kill request, the zygote must report within this
 _EOF_GRACE_S = 1.0
-# The zygote's own ceiling: runs lower their limits from here and can never raise them.
+# The zygote's own limits: runs lower theirs from here and can never raise them. Clamped,
+# like every rlimit, to what the server inherited (sandboxes/ceiling.py).
 ZYGOTE_CEILING = Limits(wall_s=1e9, cpu_s=10_000_000, memory_mb=1 << 20, max_processes=4096,
                         max_file_mb=1 << 20, max_open_files=4096)
 
 
-def run_limits(limits: Limits) -> dict[str, int]:
-    """The rlimits the forked child applies (same values the exec path gives prlimit)."""
-    cpu = max(1, math.ceil(limits.cpu_s))
-    return {"cpu": cpu, "as": limits.memory_mb * _MIB,
-            # the zygote itself is one process of the uid; the exec path allows 2 helpers
-            "nproc": limits.max_processes + _LAUNCHER_PROCS,
-            "fsize": limits.max_file_mb * _MIB, "nofile": limits.max_open_files}
+def run_limits(limits: Limits, ceiling: Ceiling) -> dict[str, list[int]]:
+    """The (soft, hard) rlimits the forked child applies: the values the exec path gives
+    prlimit (the zygote itself is one process of the uid, as the exec path's helpers are)."""
+    return {name: list(pair) for name, pair in ceiling.rlimits(limits).items()}
 
 
 def _sched_state(pid: int) -> tuple[int, frozenset[int]]:
@@ -57,8 +54,10 @@ def _sched_state(pid: int) -> tuple[int, frozenset[int]]:
 
 
 class Zygote:
-    def __init__(self, launched: Launched, sock: socket.socket, log_path: Path) -> None:
+    def __init__(self, launched: Launched, sock: socket.socket, log_path: Path,
+                 ceiling: Ceiling = Ceiling()) -> None:
         self._launched = launched
+        self._ceiling = ceiling
         self._sock = sock
         self._log_path = log_path
         self.runs = 0
@@ -70,8 +69,9 @@ class Zygote:
     async def start(cls, layout: BwrapLayout, python: str, env: Mapping[str, str], log_path: Path) -> "Zygote":
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         status = StatusPipe()
-        argv = layout.argv([python, "-I", "-S", "-B", "-c", ZYGOTE_SOURCE], ZYGOTE_CEILING, env,
-                           status_fd=status.write_fd, init_wrapper=False)
+        # argv[1]: the binds under /tmp and /dev/shm (an interpreter there) its scrub must spare.
+        argv = layout.argv([python, "-I", "-S", "-B", "-c", ZYGOTE_SOURCE, json.dumps(layout.scrub_keep())],
+                           ZYGOTE_CEILING, env, status_fd=status.write_fd, init_wrapper=False)
         log = open(log_path, "wb")
         try:
             launched = Launched(argv, status=status, stdin=theirs.fileno(), stdout=log.fileno(),
@@ -80,7 +80,7 @@ class Zygote:
             theirs.close()
             log.close()
         ours.setblocking(False)
-        zygote = cls(launched, ours, log_path)
+        zygote = cls(launched, ours, log_path, layout.ceiling)
         try:
             hello = await asyncio.wait_for(zygote._recv(), _START_TIMEOUT_S)
         except (asyncio.TimeoutError, SandboxError) as exc:
@@ -159,7 +159,7 @@ class Zygote:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            await self._send({**job, "op": "run", "limits": run_limits(limits)}, (in_r, out_w, err_w))
+            await self._send({**job, "op": "run", "limits": run_limits(limits, self._ceiling)}, (in_r, out_w, err_w))
         except BaseException:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)

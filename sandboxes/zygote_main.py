@@ -1,7 +1,7 @@
 """The Python zygote: runs INSIDE a process-backend sandbox as the PID namespace's pid 1.
 
-Standalone (stdlib only); the host starts it as ``python -I -S -c <this file>`` under the
-sandbox's uid, limits and namespaces, and keeps it for many runs. It imports nothing of
+Standalone (stdlib only); the host starts it as ``python -I -S -c <this file> KEEP`` (KEEP: a
+JSON list of binds under /tmp or /dev/shm that the scrub must spare) under the sandbox's uid, limits and namespaces, and keeps it for many runs. It imports nothing of
 any user; per run it forks one child that applies the run's limits and runs the code.
 See sandboxes/README.md ("Python zygote") for the threat model.
 
@@ -94,13 +94,10 @@ def _child(job, fds):
         os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # the program's own /proc/self works normally
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        lim = job["limits"]
-        for name, value in (("RLIMIT_CORE", (0, 0)), ("RLIMIT_MSGQUEUE", (0, 0)),
-                            ("RLIMIT_CPU", (lim["cpu"], lim["cpu"] + 1)), ("RLIMIT_AS", (lim["as"], lim["as"])),
-                            ("RLIMIT_NPROC", (lim["nproc"], lim["nproc"])),
-                            ("RLIMIT_FSIZE", (lim["fsize"], lim["fsize"])),
-                            ("RLIMIT_NOFILE", (lim["nofile"], lim["nofile"]))):
-            res = getattr(resource, name)
+        # (soft, hard) per rlimit, already clamped by the host to what the zygote inherited.
+        wanted = [("core", (0, 0)), ("msgqueue", (0, 0))] + [(n, tuple(v)) for n, v in job["limits"].items()]
+        for name, value in wanted:
+            res = getattr(resource, "RLIMIT_" + name.upper())
             hard = resource.getrlimit(res)[1]
             if hard != resource.RLIM_INFINITY:  # never above the zygote's own ceiling
                 value = (min(value[0], hard), min(value[1], hard))
@@ -201,20 +198,40 @@ def _kill_all_and_reap(child, state):
             state["status"] = status
 
 
-def _scrub():
+def _scrub(keep):
+    """Remove what runs left in /tmp and /dev/shm, but the binds in ``keep`` (an interpreter
+    under the host's /tmp is mounted there) and the directories leading to them."""
+    on_the_way = set()
+    for path in keep:
+        parent = os.path.dirname(path)
+        while parent not in ("/", ""):
+            on_the_way.add(parent)
+            parent = os.path.dirname(parent)
     for top in _SCRUB_DIRS:
-        try:
-            entries = list(os.scandir(top))
-        except OSError:
+        _scrub_dir(top, keep, on_the_way)
+    _scrub_ipc()
+
+
+def _scrub_dir(top, keep, on_the_way):
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.path in keep:
             continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    _rmtree_forced(entry.path)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                pass
+        try:
+            if entry.path in on_the_way and entry.is_dir(follow_symlinks=False):
+                _scrub_dir(entry.path, keep, on_the_way)
+            elif entry.is_dir(follow_symlinks=False):
+                _rmtree_forced(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def _scrub_ipc():
     for kind, ctl, args in (("shm", "shmctl", (_IPC_RMID, None)), ("sem", "semctl", (0, _IPC_RMID)),
                             ("msg", "msgctl", (_IPC_RMID, None))):
         try:
@@ -244,7 +261,7 @@ def _rmtree_forced(path):
     shutil.rmtree(path, onerror=fix)
 
 
-def _serve_run(sock, job, fds):
+def _serve_run(sock, job, fds, keep):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     child = os.fork()
     if child == 0:
@@ -276,12 +293,13 @@ def _serve_run(sock, job, fds):
     if hangup:
         sys.exit(0)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    _scrub()
+    _scrub(keep)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     _send(sock, {"status": state["status"], "cpu_s": round(cpu, 6)})
 
 
 def main():
+    keep = frozenset(json.loads(sys.argv[1])) if len(sys.argv) > 1 else frozenset()
     _setup()
     sock = socket.socket(fileno=0)
     _send(sock, {"ready": True, "pid": os.getpid()})
@@ -293,7 +311,7 @@ def main():
             for fd in fds:
                 os.close(fd)
             continue
-        _serve_run(sock, msg, fds)
+        _serve_run(sock, msg, fds, keep)
 
 
 main()
