@@ -188,6 +188,11 @@ class Environment:
         """Readiness of this environment's own dependencies: ``{"ok": bool, ...details}``."""
         return {"ok": True}
 
+    def runtime_info(self) -> dict[str, Any]:
+        """What this running server adds to ``/info`` beyond the class's description (e.g. the
+        sandbox's effective limits and interpreter, found at setup)."""
+        return {}
+
     def metrics_text(self) -> str:
         """Prometheus lines about this environment's own dependencies (judge calls...), appended to /metrics."""
         return ""

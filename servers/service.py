@@ -94,6 +94,7 @@ class EnvService:
     def info(self) -> Reply:
         described = self.env.describe()
         described["config"] = self.env.config.model_dump(mode="json")
+        described.update(self.env.runtime_info())
         return 200, described
 
     # ---- /verify -----------------------------------------------------------------------
