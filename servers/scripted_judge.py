@@ -185,9 +185,13 @@ async def example_judges(env_name: str, env_cls: Any, folder: Path) -> AsyncIter
                                 "scripted judge answering from it (see servers/scripted_judge.py)")
     judge = ScriptedJudge.from_table(table)
     url = await judge.start()
-    names = getattr(env_cls, "judge_names", ("judge",))
+    configured = (yaml.safe_load((folder / "config.yaml").read_text()) or {}) if (folder / "config.yaml").is_file() else {}
+    known = set(configured.get("judges") or {})
+    names = set(getattr(env_cls, "judge_names", ("judge",))) | known
     try:
-        yield {"judges": {name: {"base_url": url} for name in names}}
+        # Configured judges keep their model, API and sampling (the request shape is tested too).
+        yield {"judges": {name: {"base_url": url} if name in known else {"base_url": url, "model": MODEL_NAME}
+                          for name in sorted(names)}}
     finally:
         await judge.stop()
 

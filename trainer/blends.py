@@ -43,6 +43,13 @@ DEFAULT_AGENT_MAP: dict[str, str] = {
     "swe_pivot_simple_agent": "swe",
     "swebench_openhands_agent": "swe",
     "swe_agent": "swe",
+    "multichallenge_simple_agent": "multichallenge",
+    "over_refusal_detection_simple_agent": "over_refusal",
+    "jailbreak_detection_simple_agent": "jailbreak",
+    "jailbreak_engagement_with_disclaimer": "jailbreak",
+    "jailbreak_refusal_with_explanation": "jailbreak",
+    "jailbreak_hard_refusal_no_redirection": "jailbreak",
+    "jailbreak_hard_refusal_with_helplines": "jailbreak",
     "calendar_simple_agent": "calendar",
     "calendar_agent": "calendar",
 }

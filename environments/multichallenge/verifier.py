@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servers.environment import EnvConfig, Environment, Verdict
-from servers.judge import JudgedConfig, JudgedEnvironment, final_answer, find_label
+from servers.judge import JudgedConfig, JudgedEnvironment, final_answer, find_label, judge_messages
 from servers.wire import ResponseObject, RowModel
 
 DEFAULT_TEMPLATE = """You are evaluating whether a model's response meets a specific criterion.
@@ -136,9 +136,8 @@ class MultiChallengeEnvironment(JudgedEnvironment, Environment):
         cfg: MultiChallengeConfig = self.config  # type: ignore[assignment]
         prompt = cfg.judge_prompt_template.format(context=context, response=answer, question=item.question,
                                                   pass_criteria=item.pass_criteria)
-        messages = ([{"role": "system", "content": cfg.judge_system_message}] if cfg.judge_system_message else [])
-        messages.append({"role": "user", "content": prompt})
-        reply = await self.judge("judge").ask(messages, lambda text: parse_yes_no(text, cfg.yes_label, cfg.no_label))
+        reply = await self.judge("judge").ask(judge_messages(prompt, cfg.judge_system_message),
+                                              lambda text: parse_yes_no(text, cfg.yes_label, cfg.no_label))
         expected = "NO" if item.pass_criteria.strip().upper() == "NO" else "YES"
         return {"question": item.question, "pass_criteria": item.pass_criteria, "verdict": reply.verdict,
                 "score": 1.0 if reply.verdict == expected else 0.0, "weight": item.weight,

@@ -12,8 +12,24 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from servers.judge.client import Judge, JudgeError, JudgeSet
-from servers.judge.protocol import strip_think
+from servers.judge.protocol import Message, strip_think
 from servers.wire import ResponseObject
+
+
+def judge_messages(prompt: str, system: str | None = None) -> list[Message]:
+    """The chat messages of a one-question judge call: an optional system message, then the prompt."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+
+
+def last_user_text(row: Any) -> str:
+    """The text of the prompt's last user message (rows that lack an explicit prompt field)."""
+    messages = row.responses_create_params.input
+    if isinstance(messages, str):
+        return messages
+    for message in reversed(messages):
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            return message["content"]
+    return ""
 
 
 def final_answer(response: ResponseObject) -> str:
@@ -34,11 +50,16 @@ class JudgedEnvironment:
     name: ClassVar[str]
     judges: JudgeSet | None = None
 
+    def required_judges(self) -> tuple[str, ...]:
+        """The judges this instance will ask (override when it depends on the config)."""
+        return self.judge_names
+
     async def setup(self) -> None:
-        missing = [n for n in self.judge_names if n not in self.config.judges]
+        required = self.required_judges()
+        missing = [n for n in required if n not in self.config.judges]
         if missing:
             raise JudgeError(missing[0], "config",
-                             f"environment {self.name!r} needs judges {list(self.judge_names)}; config 'judges' "
+                             f"environment {self.name!r} needs judges {list(required)}; config 'judges' "
                              f"lacks {missing} (set judges.{missing[0]}.base_url and judges.{missing[0]}.model)")
         self.judges = JudgeSet(self.config.judges, env_name=self.name)
 
