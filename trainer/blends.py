@@ -111,7 +111,23 @@ class Placeholders(_Strict):
 class Split(_Strict):
     val_holdout: int | None = Field(100, description="Last N rows -> val (the Nemotron recipe: 100)")
     val_ratio: float | None = Field(None, ge=0.0, lt=1.0, description="Or a fraction of rows -> val (last rows)")
+    train_ratio: float | None = Field(None, gt=0.0, le=1.0,
+                                      description="Ratio split (the Nano recipe's data_prep.yaml): first train_ratio "
+                                                  "-> train, next val_ratio -> val, the rest -> test.jsonl")
     shuffle_seed: int | None = Field(None, description="Shuffle rows before the split (null: keep file order)")
+
+    @model_validator(mode="after")
+    def _ratio_split(self) -> "Split":
+        if self.train_ratio is None:
+            return self
+        if self.val_ratio is None:
+            raise ValueError("split.train_ratio needs split.val_ratio (the rest goes to test)")
+        if "val_holdout" in self.model_fields_set and self.val_holdout is not None:
+            raise ValueError("split.val_holdout and split.train_ratio are two different splits: set one "
+                             "(val_holdout: null to use the ratios)")
+        if self.train_ratio + self.val_ratio > 1.0 + 1e-9:
+            raise ValueError(f"split.train_ratio + split.val_ratio = {self.train_ratio + self.val_ratio:g} > 1")
+        return self
 
 
 class Curriculum(_Strict):

@@ -70,8 +70,18 @@ def cmd_data_prep(args: argparse.Namespace) -> int:
               f"{c['placeholders_resolved']} placeholders resolved, {c['low_effort_converted']} low-effort, "
               f"{c['curriculum_dropped']} dropped by curriculum ({result.manifest['seconds']}s)")
         print(f"  train per env: {c['train_per_env']}")
+        if c.get("test"):
+            print(f"  test {c['test']} rows -> {out / 'test.jsonl'} (split.train_ratio)")
         if c["rejected"]:
             print(f"  {c['rejected']} invalid rows skipped -> {out / 'rejected.jsonl'} (line numbers and reasons inside)")
+    if args.wandb:
+        from trainer.data_artifact import log_prepared_blend
+
+        logged = log_prepared_blend(out, result.manifest, result.manifest.get("blend_file"), project=args.wandb,
+                                    entity=args.wandb_entity)
+        where = f"; offline run in {logged.run_dir} (`wandb sync {logged.run_dir}` uploads it)" \
+            if logged.mode == "offline" else ""
+        print(f"  W&B artifact {logged.name} (lineage: {result.manifest['blend']}-inputs -> data-prep run){where}")
     return 0
 
 
@@ -172,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help=f"output folder (default {DEFAULT_DATA_ROOT}/BLEND)")
     p.add_argument("--skip-invalid", action="store_true",
                    help="write invalid rows to rejected.jsonl and continue (default: fail on the first report)")
+    p.add_argument("--wandb", nargs="?", const="verigym", metavar="PROJECT",
+                   help="register the output as a W&B artifact with its lineage (inputs, blend, manifest) in PROJECT "
+                        "(default verigym); WANDB_MODE=offline writes it locally for a later `wandb sync`")
+    p.add_argument("--wandb-entity", help="W&B entity (team) for --wandb")
     p.set_defaults(func=cmd_data_prep)
 
     p = sub.add_parser("rollout", help="generate K responses per prompt and score them on the env servers",

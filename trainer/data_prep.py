@@ -202,17 +202,27 @@ class RowValidator:
 
 
 # ---- transforms ------------------------------------------------------------------------------
-def split_rows(rows: list[Loaded], blend: Blend) -> tuple[list[Loaded], list[Loaded]]:
+def split_rows(rows: list[Loaded], blend: Blend) -> tuple[list[Loaded], list[Loaded], list[Loaded]]:
+    """(train, val, test): the last ``val_holdout`` rows or a ``val_ratio`` fraction -> val (the
+    Super recipe), or with ``train_ratio`` the first fraction -> train, the next ``val_ratio`` ->
+    val and the rest -> test (the Nano recipe)."""
     rows = list(rows)
-    if blend.split.shuffle_seed is not None:
-        random.Random(blend.split.shuffle_seed).shuffle(rows)
-    if blend.split.val_ratio is not None:
-        n_val = int(round(len(rows) * blend.split.val_ratio))
+    split = blend.split
+    if split.shuffle_seed is not None:
+        random.Random(split.shuffle_seed).shuffle(rows)
+    if split.train_ratio is not None:
+        n_train = int(round(len(rows) * split.train_ratio))
+        n_val = min(int(round(len(rows) * (split.val_ratio or 0.0))), len(rows) - n_train)
+        if n_train == 0 and rows:
+            raise DataPrepError(f"{len(rows)} valid rows: train_ratio {split.train_ratio} leaves no training rows")
+        return rows[:n_train], rows[n_train:n_train + n_val], rows[n_train + n_val:]
+    if split.val_ratio is not None:
+        n_val = int(round(len(rows) * split.val_ratio))
     else:
-        n_val = blend.split.val_holdout or 0
+        n_val = split.val_holdout or 0
     if n_val >= len(rows) and n_val > 0:
         raise DataPrepError(f"{len(rows)} valid rows, but the split holds out {n_val} for validation")
-    return (rows[:-n_val], rows[-n_val:]) if n_val else (rows, [])
+    return ((rows[:-n_val], rows[-n_val:]) if n_val else (rows, [])) + ([],)
 
 
 def apply_curriculum(rows: list[Loaded], blend: Blend) -> tuple[list[Loaded], int]:
@@ -337,7 +347,7 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
         raise DataPrepError(f"{len(rejected)} invalid row(s) in blend {blend.name!r}:\n{shown}{more}\n"
                             "Fix them, or pass --skip-invalid to write them to rejected.jsonl and continue.")
 
-    train, val = split_rows(valid, blend)
+    train, val, test = split_rows(valid, blend)
     train, dropped_easy = apply_curriculum(train, blend)
     before_weights = len(train)
     train = apply_weights(train, blend)
@@ -345,6 +355,12 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
 
     _write(out / "train.jsonl", train)
     _write(out / "val.jsonl", val)
+    split_names = ["train.jsonl", "val.jsonl"]
+    if blend.split.train_ratio is not None:
+        _write(out / "test.jsonl", test)
+        split_names.append("test.jsonl")
+    elif (out / "test.jsonl").exists():
+        (out / "test.jsonl").unlink()  # a previous ratio split's test rows are not this prep's
     rejected_path = out / "rejected.jsonl"
     if rejected:
         with open(rejected_path, "wb") as fh:
@@ -356,7 +372,7 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
     def counts(rows: list[Loaded]) -> dict[str, int]:
         return dict(sorted(Counter(blend.env_for(r.row) or "?" for r in rows).items()))
 
-    outputs = {name: sha256_file(out / name) for name in ("train.jsonl", "val.jsonl")}
+    outputs = {name: sha256_file(out / name) for name in split_names}
     manifest = {
         "blend": blend.name, "blend_file": blend.path, "prep_version": PREP_VERSION, "fingerprint": fingerprint,
         "sources": [{"source": label, "file": str(files[label]), "sha256": digest} for label, digest in inputs.items()],
@@ -366,9 +382,10 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
                     "weights": blend.weights, "low_effort": blend.low_effort.model_dump()},
         "counts": {"loaded": len(loaded) + sum(1 for x in rejected if x.reason.startswith("not valid JSON")
                                                or x.reason.startswith("a row must")),
-                   "placeholders_resolved": resolved, "rejected": len(rejected), "train": len(train), "val": len(val),
+                   "placeholders_resolved": resolved, "rejected": len(rejected), "train": len(train), "val": len(val), "test": len(test),
                    "curriculum_dropped": dropped_easy, "weights_delta": len(train) - before_weights,
-                   "low_effort_converted": low_effort, "train_per_env": counts(train), "val_per_env": counts(val)},
+                   "low_effort_converted": low_effort, "train_per_env": counts(train), "val_per_env": counts(val),
+                   "test_per_env": counts(test)},
         "agent_map": {k: v for k, v in blend.agents.items()},
         "outputs": outputs, "seconds": round(time.perf_counter() - start, 2),
     }
