@@ -6,12 +6,19 @@ issue 2 asks for:
 1. the LAST ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces handled; ``\\boxed 5``
    without braces too);
 2. the last ``Answer:`` / ``Final answer:`` / ``The final answer is`` line;
-3. the last plain number in the text (``-3``, ``1,000``, ``2.5``, ``3/4``).
+3. opt-in only: the last plain number in the text (``-3``, ``1,000``, ``2.5``, ``3/4``).
+
+``last_number`` is not in :data:`DEFAULT_RULES`: a response cut off mid-reasoning ends in
+*some* number, and scoring it rewards truncation. A response the generator marked
+incomplete (Responses API ``status: "incomplete"``, e.g. ``max_output_tokens``) is read
+even more strictly: never by ``last_number``, and an answer line only when its line was
+finished (a newline follows), so ``Answer: 12`` cut from ``Answer: 125`` is no answer.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _ANSWER_LINE = re.compile(
@@ -87,10 +94,26 @@ def last_plain_number(text: str) -> str | None:
 RULES = {"boxed": last_boxed, "answer_line": answer_line, "last_number": last_plain_number}
 
 
-def extract_answer(text: str, rules: list[str] | tuple[str, ...] = ("boxed", "answer_line", "last_number")) -> tuple[str | None, str]:
-    """``(answer, rule)``: the first rule in ``rules`` that finds a non-empty answer, or ``(None, "none")``."""
+DEFAULT_RULES = ("boxed", "answer_line")
+
+
+def is_incomplete(response: Any) -> bool:
+    """The generator stopped before the response was finished (Responses API ``status``)."""
+    return (getattr(response, "model_extra", None) or {}).get("status") == "incomplete"
+
+
+def extract_answer(text: str, rules: list[str] | tuple[str, ...] = DEFAULT_RULES, *,
+                   incomplete: bool = False) -> tuple[str | None, str]:
+    """``(answer, rule)``: the first rule in ``rules`` that finds a non-empty answer, or ``(None, "none")``.
+
+    ``incomplete``: the text was cut off; ``last_number`` is skipped and ``answer_line`` only
+    reads finished lines (see the module docstring).
+    """
+    finished_lines = text[:text.rfind("\n") + 1] if incomplete else text
     for rule in rules:
-        found = RULES[rule](text)
+        if incomplete and rule == "last_number":
+            continue
+        found = RULES[rule](finished_lines if rule == "answer_line" else text)
         if rule == "answer_line" and found is not None:
             found = last_boxed(found) or found  # "Answer: \\boxed{5}"
         if found is not None and found.strip():

@@ -142,8 +142,33 @@ def library_score(gold: str, extracted: str) -> tuple[float, str | None]:
     pred_parsed = parse_prediction(extracted)
     if not pred_parsed:
         return 0.0, None  # an unparsable prediction is a wrong answer
-    ok = verify(list(gold_parsed), pred_parsed, timeout_seconds=None)
+    ok = verify(list(gold_parsed), pred_parsed, timeout_seconds=None) or \
+        same_complex_number(gold_parsed[0], pred_parsed[0])
     return (1.0 if ok else 0.0), None
+
+
+def same_complex_number(gold: Any, pred: Any) -> bool:
+    """Both sides are complex numbers written with ``i`` and are equal: ``\\frac{1+i}{2}`` =
+    ``\\frac12 + \\frac{i}{2}`` = ``0.5+0.5i`` = ``\\frac{1}{1-i}``.
+
+    math-verify reads ``i`` as a plain symbol (and two parses of it as two different symbols),
+    so it misses these unless both sides happen to expand alike. Only when ``i`` is the one
+    free symbol on *both* sides is it taken as the imaginary unit; the difference must then
+    vanish numerically (30 digits, relative 1e-12), as math-verify's own numeric compare does.
+    """
+    import sympy
+
+    values = []
+    for expr in (gold, pred):
+        if not isinstance(expr, sympy.Expr):
+            return False
+        symbols = expr.free_symbols
+        if not symbols or any(getattr(sym, "name", None) != "i" for sym in symbols):
+            return False
+        value = complex(sympy.N(expr.subs({sym: sympy.I for sym in symbols}), 30))
+        values.append(value)
+    gold_value, pred_value = values
+    return abs(gold_value - pred_value) <= 1e-12 * max(1.0, abs(gold_value))
 
 
 def plain_math_verify(gold: str, extracted: str) -> float:

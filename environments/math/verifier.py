@@ -1,8 +1,10 @@
 """math: final-answer equivalence with math-verify (NeMo-Gym ``math_with_judge``, library path).
 
-The response's final answer is extracted (``extract.py``), decided exactly when it is a
-plain number or the same string as the gold (``scoring.fast_equivalence``, in the event
-loop), and otherwise checked by math-verify in the CPU pool with a per-call deadline.
+The response's final answer is extracted (``extract.py``); gold and answer are put in
+notations math-verify reads (``notation.rewrite_pair``: repeating decimals, degree signs,
+plain-text units, inequalities as intervals); the pair is decided exactly when it is a
+plain number or the same string (``scoring.fast_equivalence``, in the event loop), and
+otherwise by math-verify (plus a complex-number check) in the CPU pool with a deadline.
 Results are cached by ``(gold, extracted)``: GRPO samples many responses per prompt and
 most of them end in one of a few answers.
 """
@@ -14,7 +16,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from environments.math.extract import extract_answer
+from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
+from environments.math.notation import rewrite_pair
 from environments.math.scoring import fast_equivalence, library_score
 from servers.cpu_pool import CpuTimeout
 from servers.environment import EnvConfig, Environment, Verdict
@@ -38,8 +41,10 @@ class MathRow(RowModel):
 
 class MathConfig(EnvConfig):
     extraction: list[ExtractionRule] = Field(
-        default_factory=lambda: ["boxed", "answer_line", "last_number"],
-        description="Answer extraction rules tried in order; ['boxed'] = NeMo-Gym's strict behaviour.")
+        default_factory=lambda: list(DEFAULT_RULES),
+        description="Answer extraction rules tried in order; ['boxed'] = NeMo-Gym's strict behaviour; "
+                    "'last_number' (opt-in) also scores the last number of an unmarked response, never of "
+                    "one marked status 'incomplete'.")
     fast_path: bool = Field(True, description="Decide plain numbers / identical strings without sympy.")
     result_cache_size: int = Field(65536, ge=0, description="(gold, extracted) -> reward LRU entries; 0 disables.")
 
@@ -67,7 +72,7 @@ class _LRU:
 class MathEnvironment(Environment):
     name = "math"
     domain = "math"
-    summary = "Final answer (last \\boxed{}, Answer: line, or final number) checked for equivalence with math-verify"
+    summary = "Final answer (last \\boxed{} or Answer: line) checked for equivalence with math-verify"
     Row = MathRow
     Config = MathConfig
     uses_cpu_pool = True
@@ -80,8 +85,11 @@ class MathEnvironment(Environment):
     async def verify(self, row: MathRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: MathConfig = self.config  # type: ignore[assignment]
         gold = row.expected_answer
-        extracted, rule = extract_answer(response.output_text, cfg.extraction)
+        incomplete = is_incomplete(response)
+        extracted, rule = extract_answer(response.output_text, cfg.extraction, incomplete=incomplete)
         extras: dict[str, Any] = {"expected_answer": gold, "extracted_answer": extracted, "extraction_rule": rule}
+        if incomplete:
+            extras["response_incomplete"] = True
         if extracted is None:
             return Verdict(0.0, extras={**extras, "library_reward": 0.0, "scored_by": "no_answer"})
 
@@ -91,8 +99,10 @@ class MathEnvironment(Environment):
 
 async def score_final_answer(env: Environment, gold: str, extracted: str, extras: dict[str, Any], *,
                              fast_path: bool = True, timeout: float, cache: _LRU | None = None) -> Verdict:
-    """The verdict for an extracted final answer: exact fast path, else math-verify in ``env``'s
-    CPU pool. Shared by ``math`` and ``math_python`` so both score the same answer alike.
+    """The verdict for an extracted final answer: notation rewrites, exact fast path, else
+    math-verify in ``env``'s CPU pool. Shared by ``math`` and ``math_python`` so both score
+    the same answer alike. Each step is one call below, in order; a later, more expensive
+    decider (an equivalence judge) belongs after ``library_score``'s 0.
 
     A deadline hit is failure class ``timeout`` (and not cached: it says nothing about the
     answer, the machine may just be loaded); a gold math-verify cannot parse is
@@ -100,12 +110,13 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
     """
     result = cache.get((gold, extracted)) if cache is not None else None
     if result is None:
-        decided = fast_equivalence(gold, extracted) if fast_path else None
+        gold_form, answer_form = rewrite_pair(gold, extracted)
+        decided = fast_equivalence(gold_form, answer_form) if fast_path else None
         if decided is not None:
             result = (1.0 if decided else 0.0), "exact", None
         else:
             try:
-                reward, error = await env.cpu(library_score, gold, extracted, timeout=timeout)
+                reward, error = await env.cpu(library_score, gold_form, answer_form, timeout=timeout)
             except CpuTimeout as exc:
                 return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {timeout:g}s deadline: {exc}",
                                        **extras)

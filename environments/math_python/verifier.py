@@ -18,11 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from environments.math.extract import extract_answer
+from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
 from environments.math.verifier import ExtractionRule, score_final_answer
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec
 from sandboxes.base import Sandbox, SandboxProcess
-from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
+from sandboxes.env_support import CanaryFailed, SandboxedEnvironment, SandboxLimitsConfig
 from servers.environment import EnvConfig, Environment, ToolError, Verdict, tool
 from servers.wire import ResponseObject, RowModel
 
@@ -51,8 +51,9 @@ class MathPythonConfig(SandboxLimitsConfig, EnvConfig):
     persistent_kernel: bool = Field(True, description="One long-lived kernel per session where the backend "
                                     "supports it (process, container); false = replay the session's cells every call.")
     kernel_start_timeout_s: float = Field(60.0, gt=0, description="Limit for starting a session's kernel.")
-    extraction: list[ExtractionRule] = Field(default_factory=lambda: ["boxed", "answer_line", "last_number"],
-                                  description="Answer extraction rules (as in the math environment).")
+    extraction: list[ExtractionRule] = Field(default_factory=lambda: list(DEFAULT_RULES),
+                                  description="Answer extraction rules (as in the math environment; "
+                                              "'last_number' is opt-in there too).")
 
 
 class CodeArgs(BaseModel):
@@ -99,6 +100,23 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
 
     def _limits(self) -> Limits:
         return self.config.limits(self.config.call_timeout_s)
+
+    def sandbox_run_limits(self) -> Limits:
+        return self._limits()
+
+    async def sandbox_canary(self) -> str:
+        """One session, one cell through the tool (kernel or replay, as requests get it)."""
+        session = await self.seed_session({})
+        try:
+            reply = await self._execute(session, CodeArgs(code="print(6 * 7)"))
+        except ToolError as exc:
+            raise CanaryFailed(str(exc)) from exc
+        finally:
+            await self.close_session(session)
+        if not reply.get("success") or reply.get("stdout", "").strip() != "42":
+            raise CanaryFailed(f"the cell print(6 * 7) gave {reply}")
+        mode = "kernel" if self._uses_kernel(session) else "replay"
+        return f"a cell ran in a session sandbox ({mode})"
 
     def _kernel_limits(self) -> Limits:
         # A kernel lives for the whole session: its CPU rlimit is the session's budget (every
@@ -262,7 +280,7 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
         cfg = self.config
         text = response.last_message_text or response.output_text
         gold = row.expected_result
-        extracted, rule = extract_answer(text, cfg.extraction)
+        extracted, rule = extract_answer(text, cfg.extraction, incomplete=is_incomplete(response))
         extras: dict[str, Any] = {"expected_answer": gold, "extracted_answer": extracted, "extraction_rule": rule,
                                   "tool_calls": len(session.executed) if session else len(response.function_calls)}
         if row.expected_code_contains:

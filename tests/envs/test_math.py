@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from environments.math.extract import answer_line, extract_answer, last_boxed, last_plain_number
+from environments.math.extract import answer_line, extract_answer, is_incomplete, last_boxed, last_plain_number
+from environments.math.notation import inequality_to_interval, repeating_decimal, rewrite_pair, split_plain_unit
 from environments.math.scoring import (as_rational, fast_equivalence, library_score, normalize, parse_gold,
                                        plain_math_verify, strip_math_delimiters)
 from servers import registry
@@ -53,9 +54,23 @@ def test_last_plain_number(text, expected):
 def test_extract_answer_rule_order_and_config():
     assert extract_answer("Answer: 3 but \\boxed{4}") == ("4", "boxed")
     assert extract_answer("Answer: \\boxed{5}", ("answer_line",)) == ("5", "answer_line")
-    assert extract_answer("ends with 9") == ("9", "last_number")
+    assert extract_answer("ends with 9") == (None, "none")  # last_number is opt-in
+    assert extract_answer("ends with 9", ("boxed", "answer_line", "last_number")) == ("9", "last_number")
     assert extract_answer("ends with 9", ("boxed",)) == (None, "none")
     assert extract_answer("\\boxed{}  nothing") == (None, "none")
+
+
+def test_truncated_response_is_not_scored_by_a_guess():
+    """A response cut off mid-reasoning: no last-number guess, no unfinished answer line."""
+    rules = ("boxed", "answer_line", "last_number")
+    cut = "32^2 = 1024, 33^2 = 1089.\nAnswer: 3"  # "Answer: 33" cut after one digit
+    assert extract_answer(cut, rules) == ("3", "answer_line")
+    assert extract_answer(cut, rules, incomplete=True) == (None, "none")
+    assert extract_answer("Answer: 33\nchecking again: 33^2 = 10", rules, incomplete=True) == ("33", "answer_line")
+    assert extract_answer("so \\boxed{33}. Checking: 33^2 = 10", rules, incomplete=True) == ("33", "boxed")
+    assert extract_answer("so \\boxed{33", rules, incomplete=True) == (None, "none")  # unclosed box
+    assert is_incomplete(ResponseObject.model_validate({**response_from_text("x"), "status": "incomplete"}))
+    assert not is_incomplete(ResponseObject.model_validate(response_from_text("x")))
 
 
 # ---- equivalence per answer family ------------------------------------------------------
@@ -81,6 +96,53 @@ def test_answer_families(gold, pred, ok):
     # the fast path never contradicts math-verify: it decides the same or defers
     decided = fast_equivalence(gold, pred)
     assert decided is None or decided == ok
+
+
+# ---- notations math-verify alone misses (notation.py + the complex check) -----------------
+@pytest.mark.parametrize("gold, pred, ok", [
+    # repeating decimals
+    ("\\frac{1}{3}", "0.\\overline{3}", True), ("\\frac{1}{3}", "0.(3)", True), ("\\frac{1}{3}", "0.333...", True),
+    ("0.\\overline{3}", "1/3", True), ("\\frac{1}{3}", "0.\\bar{3}", True), ("\\frac{1}{7}", "0.\\overline{142857}", True),
+    ("\\frac{5}{6}", "0.8\\overline{3}", True), ("\\frac{1}{6}", "0.1666\\ldots", True), ("1", "0.\\overline{9}", True),
+    ("-\\frac{2}{3}", "-0.(6)", True),
+    ("\\frac{1}{3}", "0.3333", False), ("\\frac{1}{3}", "0.3...", False), ("\\frac{1}{3}", "0.(4)", False),
+    ("\\frac{2}{3}", "0.\\overline{3}", False), ("\\frac{1}{3}", "0.\\overline{3}4", False),
+    # degree signs and units
+    ("90^\\circ", "90°", True), ("90", "90°", True), ("90", "90 °C", True), ("90", "90\\degree", True), ("60", "60^o", True),
+    ("45°", "45", True), ("90", "91°", False), ("45°", "46", False),
+    ("5", "5 cm", True), ("5", "5 m/s", True), ("5 m/s", "5", True), ("5", "5 km/h", True), ("12", "12 dollars", True),
+    ("5", "5 cm.", True), ("5", "5 \\text{ units}", True), ("3 cm^2", "3", True),
+    ("5", "6 m/s", False), ("5 m/s", "5 km/h", False), ("5", "5x", False), ("5", "5 pi", False), ("5", "5 i", False),
+    # complex numbers as one fraction vs split
+    ("\\frac{1+i}{2}", "\\frac{1}{2}+\\frac{i}{2}", True), ("\\frac{1+i}{2}", "0.5+0.5i", True),
+    ("\\frac{3-4i}{5}", "\\frac{3}{5}-\\frac{4}{5}i", True), ("\\frac{1}{1-i}", "\\frac{1+i}{2}", True),
+    ("(1+i)/2", "1/2 + i/2", True),
+    ("\\frac{1+i}{2}", "\\frac{1-i}{2}", False), ("\\frac{1+i}{2}", "\\frac{1}{2}", False), ("2i", "2", False),
+    # solution sets: inequalities vs intervals, both directions
+    ("(2,\\infty)", "x>2", True), ("x>2", "(2,\\infty)", True), ("[1,3)", "1\\le x<3", True), ("1 \\leq x < 3", "[1,3)", True),
+    ("(-\\infty, 2]", "x\\le 2", True), ("[2,\\infty)", "2 \\le x", True), ("(1,3]", "3\\ge x>1", True),
+    ("(-\\infty,-1)\\cup(2,\\infty)", "x<-1 \\text{ or } x>2", True),
+    ("(2,\\infty)", "x \\geq 2", False), ("[1,3)", "1<x\\le 3", False), ("(2,\\infty)", "x<2", False), ("2", "x>2", False),
+    ("(-\\infty,-1)\\cup(2,\\infty)", "x<-1 \\text{ or } x>3", False),
+])
+async def test_notation_equivalences_through_the_verifier(gold, pred, ok):
+    env = registry.instantiate("math")  # no pool: self.cpu runs math-verify inline
+    row = _row(gold, f"so \\boxed{{{pred}}}")
+    verdict = await env.verify(env.Row.model_validate(row), ResponseObject.model_validate(row["response"]), None)
+    assert verdict.failure_class is None, verdict.failure_detail
+    assert verdict.reward == (1.0 if ok else 0.0), (gold, pred, rewrite_pair(gold, pred))
+
+
+def test_notation_rewrites_leave_other_answers_alone():
+    assert repeating_decimal("0.125") is None and repeating_decimal("1.2.3") is None
+    assert repeating_decimal("0.1212...") == "\\frac{4}{33}"
+    assert inequality_to_interval("a<b") is None  # two letters: a comparison, not a solution set
+    assert inequality_to_interval("x<y<z") is None and inequality_to_interval("1<x>3") is None
+    assert inequality_to_interval("3 > x \\geq 1") == "[1,3)"
+    assert split_plain_unit("5 apples") == ("5 apples", None) and split_plain_unit("2\\pi") == ("2\\pi", None)
+    assert split_plain_unit("\\frac{1}{2} km/h") == ("\\frac{1}{2}", "km/h")
+    assert rewrite_pair("5 m/s", "5 km/h") == ("5 m/s", "5 km/h")  # different units are not dropped
+    assert rewrite_pair("\\(0.\\overline{3}\\)", "$x>2$") == ("\\frac{1}{3}", "(2,\\infty)")
 
 
 def test_fast_path_decides_plain_numbers_and_identical_strings():
@@ -136,6 +198,25 @@ async def test_verify_inprocess_diagnostics_and_result_cache():
         assert status == 200 and reply["reward"] == 1.0
     finally:
         await service.stop()
+
+
+async def test_incomplete_response_over_the_wire_and_last_number_opt_in():
+    env = registry.instantiate("math", overrides={"cpu_workers": 1,
+                                                  "extraction": ["boxed", "answer_line", "last_number"]})
+    service = EnvService(env)
+    await service.start()
+    try:
+        _, reply = await service.verify(_row("-3", "the only real root is x = -3"))
+        assert (reply["reward"], reply["extraction_rule"]) == (1.0, "last_number")  # opted in, completed
+        truncated = _row("-3", "the only real root is x = -3")
+        truncated["response"]["status"] = "incomplete"
+        _, reply = await service.verify(truncated)
+        assert reply["reward"] == 0.0 and reply["extracted_answer"] is None and reply["response_incomplete"]
+        assert "_ng_failure_class" not in reply  # a truncated answer is wrong, not unscorable
+    finally:
+        await service.stop()
+    default = registry.instantiate("math")
+    assert "last_number" not in default.config.extraction
 
 
 async def test_boxed_only_config_matches_nemo_gym_strictness():
