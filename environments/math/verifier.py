@@ -18,6 +18,7 @@ from pydantic import Field, field_validator
 
 from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
 from environments.math.notation import rewrite_pair
+from environments.math.judge_fallback import MathJudgeConfig, MathJudgeFallback
 from environments.math.scoring import fast_equivalence, library_score
 from servers.cpu_pool import CpuTimeout
 from servers.environment import EnvConfig, Environment, Verdict
@@ -39,7 +40,7 @@ class MathRow(RowModel):
         return value
 
 
-class MathConfig(EnvConfig):
+class MathConfig(MathJudgeConfig, EnvConfig):
     extraction: list[ExtractionRule] = Field(
         default_factory=lambda: list(DEFAULT_RULES),
         description="Answer extraction rules tried in order; ['boxed'] = NeMo-Gym's strict behaviour; "
@@ -69,7 +70,7 @@ class _LRU:
             self._data.popitem(last=False)
 
 
-class MathEnvironment(Environment):
+class MathEnvironment(MathJudgeFallback, Environment):
     name = "math"
     domain = "math"
     summary = "Final answer (last \\boxed{} or Answer: line) checked for equivalence with math-verify"
@@ -93,8 +94,9 @@ class MathEnvironment(Environment):
         if extracted is None:
             return Verdict(0.0, extras={**extras, "library_reward": 0.0, "scored_by": "no_answer"})
 
-        return await score_final_answer(self, gold, extracted, extras, fast_path=cfg.fast_path,
-                                        timeout=cfg.cpu_task_timeout_s, cache=self._results)
+        verdict = await score_final_answer(self, gold, extracted, extras, fast_path=cfg.fast_path,
+                                           timeout=cfg.cpu_task_timeout_s, cache=self._results)
+        return await self.apply_judge_fallback(row.question, gold, extracted, verdict)  # judge_fallback.py
 
 
 async def score_final_answer(env: Environment, gold: str, extracted: str, extras: dict[str, Any], *,
