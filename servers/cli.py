@@ -126,15 +126,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # ---- check -------------------------------------------------------------------------------
 async def _check(name: str, http: bool) -> list[tuple[str, Any]]:
     from servers import registry
-    from servers.examples import load_examples
+    from servers.examples import example_config, load_examples
     from servers.scripted_judge import example_judges
 
     entry = registry.get(name)
     rows = load_examples(entry.example_path)
     # A judged environment's rows run against a scripted judge (data/scripted_judge.yaml), the
     # test double of the judge model: the check needs no GPU and gives the same verdicts each run.
+    # data/example_config.yaml (when present) holds the config the examples run under.
     async with example_judges(name, entry.load_class(), entry.folder) as judge_overrides:
-        return await _check_rows(name, rows, http, judge_overrides)
+        return await _check_rows(name, rows, http, {**example_config(entry.folder), **judge_overrides})
 
 
 async def _check_rows(name: str, rows: list[Any], http: bool, overrides: dict[str, Any]) -> list[tuple[str, Any]]:

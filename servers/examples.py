@@ -10,6 +10,8 @@ Each line of ``environments/<name>/data/example.jsonl`` is a NeMo-Gym row plus
     {"status": 422}                      rejected cleanly with this HTTP status
     {"failure_class": "timeout"}         could not be scored, with this class
 
+``data/example_config.yaml`` (optional) holds config overrides the examples run under.
+
 Stateful environments may add ``_script``: tool calls made between ``/seed_session`` and
 ``/verify``, each ``{"name": tool, "arguments": {...}, "expect": {subset of the output}}``.
 """
@@ -27,6 +29,21 @@ from servers.wire import FAILURE_CLASS_KEY
 
 EXPECTED_KEY = "_expected"
 SCRIPT_KEY = "_script"
+EXAMPLE_CONFIG = "example_config.yaml"
+
+
+def example_config(folder: Path) -> dict[str, Any]:
+    """Config overrides an environment's examples run under: ``data/example_config.yaml`` when
+    the folder has one (e.g. math_formal_lean's scripted stand-in for the Lean checker), else none."""
+    import yaml
+
+    path = folder / "data" / EXAMPLE_CONFIG
+    if not path.is_file():
+        return {}
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path}: expected a mapping of config keys")
+    return loaded
 
 
 @dataclass

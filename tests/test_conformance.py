@@ -11,7 +11,7 @@ import pytest
 from servers import registry
 from servers.app import start_server
 from servers.client import EnvClient
-from servers.examples import check_http, check_inprocess, load_examples
+from servers.examples import check_http, check_inprocess, example_config, load_examples
 from servers.scripted_judge import example_judges
 from servers.service import EnvService
 
@@ -51,7 +51,7 @@ async def judge_overrides(name):
     data/scripted_judge.yaml, and the config overrides pointing the environment at it."""
     entry = registry.get(name)
     async with example_judges(name, entry.load_class(), entry.folder) as overrides:
-        yield overrides
+        yield {**example_config(entry.folder), **overrides}  # + data/example_config.yaml, when present
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)

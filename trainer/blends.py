@@ -27,6 +27,8 @@ DEFAULT_AGENT_MAP: dict[str, str] = {
     "math_simple_agent": "math",
     "math_with_code_simple_agent": "math_python",
     "math_python_simple_agent": "math_python",
+    "math_formal_lean_simple_agent": "math_formal_lean",
+    "math_formal_lean_refinement_agent": "math_formal_lean",
     "mcqa_simple_agent": "mcqa",
     "instruction_following_simple_agent": "instruction_following",
     "code_gen_simple_agent": "code",
@@ -52,6 +54,15 @@ DEFAULT_AGENT_MAP: dict[str, str] = {
     "jailbreak_hard_refusal_with_helplines": "jailbreak",
     "calendar_simple_agent": "calendar",
     "calendar_agent": "calendar",
+    "single_step_tool_use_with_argument_comparison_agent": "next_action",
+    "search_pivot_single_step_tool_use_with_argument_comparison_agent": "next_action",
+    "toolcall_schema_single_step_tool_use_with_argument_comparison_agent": "next_action",
+    "parallel_tool_calls_single_step_tool_use_with_argument_comparison_agent": "next_action",
+    "terminal_multi_harness_agent": "next_action",
+    "terminal_multi_harness_codex_agent": "next_action",
+    "terminal_multi_harness_opencode_agent": "next_action",
+    "terminal_multi_harness_stirrup_agent": "next_action",
+    "terminal_multi_harness_agent006_agent": "next_action",
 }
 
 
