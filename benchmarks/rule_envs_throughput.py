@@ -58,7 +58,7 @@ async def main() -> None:
     results = {name: await measure(name, args.concurrency, args.seconds) for name in args.envs.split(",")}
     print(json.dumps({"benchmark": "rule_envs_throughput", "mode": "in-process", "concurrency": args.concurrency,
                       "targets_per_s": {"instruction_following": 1000, "structured_outputs": 2000,
-                                        "calendar": 2000},
+                                        "calendar": 2000, "next_action": 2000},
                       "results": results}))
 
 
