@@ -1,0 +1,234 @@
+"""One job script for every backend: Ray cluster -> environment fleet -> readiness gate -> trainer.
+
+:func:`render_job_script` turns (profile, :class:`JobSpec`) into a bash script that runs the same
+way under Slurm (``sbatch``; each piece is an ``srun --overlap`` step on its node) and on one machine
+(the ``local`` executor runs it with ``bash``; each piece is a plain background process):
+
+1. Ray: ``ray start --head --port=0`` on the first node (it binds a free port and the address it
+   got is copied to ``$RUN/ray_address``: no probe-then-bind race), ``ray start --address`` on the
+   other Ray nodes, then a wait until every node joined. A per-job token (``RAY_AUTH_MODE=token``)
+   keeps other users of a shared node out of the cluster.
+2. The fleet: ``envs serve`` on each fleet node (the last ``fleet_nodes`` nodes, else the first),
+   bound to the node's address with port 0; each writes its bound URLs to ``$RUN/fleet/<node>.json``.
+3. The gate: waits for every node's file and for ``GET /health`` = 200 on every URL, then writes
+   ``$VERIGYM_FLEET_FILE`` (``{env: [url, ...]}``). A fleet step that dies fails the job here.
+4. The trainer command on the first node, with ``RAY_ADDRESS`` and ``VERIGYM_FLEET_FILE`` set.
+   The job's exit status is the trainer's; on any exit the fleet and Ray are stopped (SIGTERM,
+   servers drain) by an EXIT trap.
+
+Usage (what a backend does)::
+
+    job = JobSpec(name="tiny", job_dir=Path("runs/tiny/job").resolve(),
+                  trainer_command=("python", "-m", "trainer.cli", "run", ..., "--fleet-file", str(fleet_file)),
+                  fleet=FleetSpec(envs=("math", "reasoning_gym")))
+    script = render_job_script(profile, job, attached=True)
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from trainer.launch.profiles import LocalProfile, SlurmProfile, WandbSettings
+
+FLEET_FILE_NAME = "fleet.json"
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """The environment servers a job starts: every fleet node serves every name (replicas)."""
+    envs: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()  # `envs serve` overrides: key=value (all) or NAME.key=value
+    ready_timeout_s: float = 600.0   # the gate fails the job when the fleet is not healthy by then
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    job_dir: Path                      # absolute, on a filesystem every node sees: script, logs, fleet files
+    trainer_command: tuple[str, ...]   # argv, run on the first node after the gate
+    fleet: FleetSpec = field(default_factory=FleetSpec)
+    env: Mapping[str, str] = field(default_factory=dict)  # exported to every step
+    workdir: Path = field(default_factory=Path.cwd)       # every step starts here
+    nodes: int | None = None           # overrides the profile's nodes (a stage that needs 109)
+    python: str | None = None          # interpreter of the helper steps; default: this one, "python3" in a container
+
+    @property
+    def script_path(self) -> Path:
+        return self.job_dir / "job.sh"
+
+    @property
+    def fleet_file(self) -> Path:
+        """Where the gate writes ``{env: [url, ...]}`` before the trainer starts."""
+        return self.job_dir / FLEET_FILE_NAME
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def _sbatch_header(profile: SlurmProfile, job: JobSpec, attached: bool) -> list[str]:
+    nodes = job.nodes or profile.nodes
+    opts = [f"--job-name={job.name}", f"--nodes={nodes}", f"--ntasks-per-node={profile.ntasks_per_node}",
+            f"--time={profile.time}", f"--output={job.job_dir}/slurm-%j.log"]
+    if profile.account:
+        opts.append(f"--account={profile.account}")
+    if profile.partition_for(attached):
+        opts.append(f"--partition={profile.partition_for(attached)}")
+    if profile.gpus_per_node:
+        opts.append(f"--gpus-per-node={profile.gpus_per_node}")
+    if profile.cpus_per_task:
+        opts.append(f"--cpus-per-task={profile.cpus_per_task}")
+    if profile.mem is not None:
+        opts.append(f"--mem={profile.mem}")
+    if profile.exclusive:
+        opts.append("--exclusive")
+    return [f"#SBATCH {o}" for o in opts]
+
+
+def _container_flags(profile: LocalProfile | SlurmProfile, workdir: Path) -> str:
+    if not isinstance(profile, SlurmProfile) or not profile.container_image:
+        return ""
+    mounts = list(profile.mounts)
+    flags = [f"--container-image={profile.container_image}", f"--container-workdir={workdir}"]
+    if mounts:
+        flags.append("--container-mounts=" + ",".join(mounts))
+    return " ".join(_q(f) for f in flags)
+
+
+def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool,
+                      wandb: WandbSettings | None = None) -> str:
+    slurm = isinstance(profile, SlurmProfile)
+    fleet_nodes = profile.fleet_nodes if slurm else 0
+    if slurm and fleet_nodes >= (job.nodes or profile.nodes):
+        raise ValueError(f"fleet_nodes={fleet_nodes} leaves no node for Ray and the trainer")
+    in_container = slurm and bool(profile.container_image)
+    py = job.python or ("python3" if in_container else sys.executable)
+    env = dict(job.env)
+    if wandb and wandb.project:
+        env.setdefault("WANDB_PROJECT", wandb.project)
+    if wandb and wandb.entity:
+        env.setdefault("WANDB_ENTITY", wandb.entity)
+    envs = " ".join(_q(e) for e in job.fleet.envs)
+    overrides = " ".join(_q(o) for o in job.fleet.overrides)
+    lines = ["#!/bin/bash"]
+    if slurm:
+        lines += _sbatch_header(profile, job, attached)
+    lines += [
+        f"# verigym job {job.name!r}: Ray over the allocation -> environment fleet -> readiness gate -> trainer.",
+        "# Written by `driver run --run/--batch` (trainer/launch/job_script.py); safe to read, edit and resubmit.",
+        "set -uo pipefail",
+        f"cd {_q(job.workdir)}",
+        *profile.startup_commands,
+        f"export VERIGYM_JOB_DIR={_q(job.job_dir)}",
+        f"export VERIGYM_FLEET_FILE={_q(job.fleet_file)}",
+        *(f"export {k}={_q(v)}" for k, v in env.items()),
+        f"PY={_q(py)}",
+        'JOB_ID=${SLURM_JOB_ID:-local-$$}',
+        'RUN="$VERIGYM_JOB_DIR/run-$JOB_ID"',
+        'mkdir -p "$RUN/fleet" && rm -f "$VERIGYM_FLEET_FILE"',
+        'log() { echo "[verigym-job $(date -u +%H:%M:%S)] $*"; }',
+        "",
+        "# step ROLE NODE CMD...: CMD on NODE as a Slurm step named verigym-ROLE (locally: a plain process).",
+        "# exec, so that `step ... &` leaves the step's own pid in $!.",
+        'if [ -n "${SLURM_JOB_ID:-}" ]; then',
+        '  mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        f'  step() {{ local role=$1 node=$2; shift 2; exec srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" '
+        f'--job-name="verigym-$role" {_container_flags(profile, job.workdir)} "$@"; }}',
+        "  # srun answers SIGTERM by killing its step: the ray/fleet leaders watch RUN/stop-ROLE instead;",
+        "  # the trainer step gets SIGTERM through scancel (the driver checkpoints and stops its Ray actors)",
+        '  signal_role() {',
+        '    if [ "$1" = trainer ]; then',
+        '      local ids; ids=$(squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" | awk \'$2 == "verigym-trainer" {print $1}\')',
+        '      [ -n "$ids" ] && scancel --signal=TERM $ids',
+        '    else touch "$RUN/stop-$1"; fi',
+        '  }',
+        "else",
+        '  NODES=("$(hostname)")',
+        '  step() { shift 2; exec "$@"; }',
+        '  signal_role() { shift; [ $# -gt 0 ] && kill -TERM "$@" 2>/dev/null; }',
+        "fi",
+        f"N_FLEET={fleet_nodes}",
+        'HEAD=${NODES[0]}',
+        'if [ "$N_FLEET" -gt 0 ] && [ "$N_FLEET" -lt "${#NODES[@]}" ]; then',
+        '  FLEET_NODES=("${NODES[@]: -$N_FLEET}"); RAY_NODES=("${NODES[@]:0:${#NODES[@]}-$N_FLEET}")',
+        "else",
+        '  FLEET_NODES=("$HEAD"); RAY_NODES=("${NODES[@]}")',
+        "fi",
+        'log "job $JOB_ID: nodes ${NODES[*]}; Ray on ${RAY_NODES[*]}; environment servers on ${FLEET_NODES[*]}"',
+        "",
+        "RAY_PIDS=(); FLEET_PIDS=(); TRAINER_PID=",
+        "stop_role() {  # stop_role ROLE GRACE PIDS...: SIGTERM the role's processes, wait up to GRACE s, then SIGKILL",
+        '  local role=$1 grace=$2; shift 2; local pid; [ $# -eq 0 ] && return',
+        '  signal_role "$role" "$@"',
+        '  for _ in $(seq $((grace * 5))); do',
+        '    local alive=0; for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done',
+        '    [ $alive = 0 ] && break; sleep 0.2',
+        "  done",
+        '  for pid in "$@"; do kill -KILL "$pid" 2>/dev/null; done; wait "$@" 2>/dev/null',
+        "}",
+        "cleanup() {",
+        "  local rc=$?; trap - EXIT INT TERM",
+        '  [ -n "$TRAINER_PID" ] && stop_role trainer 60 "$TRAINER_PID"  # the trainer checkpoints on SIGTERM',
+        '  log "stopping the environment servers and Ray"',
+        '  stop_role fleet 45 "${FLEET_PIDS[@]}"',
+        '  stop_role ray 45 "${RAY_PIDS[@]}"',
+        '  rm -f "$VERIGYM_FLEET_FILE" "$RUN/ray_token"',
+        '  log "job exit status $rc"',
+        "  exit $rc",
+        "}",
+        "trap cleanup EXIT",
+        "trap 'log \"SIGTERM: stopping\"; exit 143' TERM",
+        "trap 'exit 130' INT",
+        "",
+        "# 1. Ray. A per-job token: on a shared node no one else's driver can join this cluster.",
+        '(umask 077; "$PY" -c "import secrets; print(secrets.token_hex(32))" > "$RUN/ray_token") || exit 1',
+        'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$RUN/ray_token"',
+        'step ray "$HEAD" "$PY" -m trainer.launch.ray_node head --temp-dir "/tmp/verigym-ray-$JOB_ID-0" '
+        '--address-file "$RUN/ray_address" --stop-file "$RUN/stop-ray" & RAY_PIDS+=($!)',
+        'for _ in $(seq 900); do [ -s "$RUN/ray_address" ] && break; kill -0 "${RAY_PIDS[0]}" 2>/dev/null || break; sleep 0.2; done',
+        '[ -s "$RUN/ray_address" ] || { log "the Ray head did not start (see above)"; exit 1; }',
+        'export RAY_ADDRESS=$(cat "$RUN/ray_address")',
+        'log "Ray head at $RAY_ADDRESS"',
+        'for i in $(seq 1 $((${#RAY_NODES[@]} - 1))); do',
+        '  step ray "${RAY_NODES[$i]}" "$PY" -m trainer.launch.ray_node worker --address "$RAY_ADDRESS" '
+        '--temp-dir "/tmp/verigym-ray-$JOB_ID-$i" --stop-file "$RUN/stop-ray" & RAY_PIDS+=($!)',
+        "done",
+        '(step wait "$HEAD" "$PY" -m trainer.launch.ray_node wait --nodes "${#RAY_NODES[@]}" --timeout 600) '
+        '|| { log "Ray did not reach ${#RAY_NODES[@]} nodes"; exit 1; }',
+        "",
+        "# 2. The environment fleet: each server binds port 0 on its node and reports the URL it got.",
+    ]
+    if job.fleet.envs:
+        lines += [
+            'for node in "${FLEET_NODES[@]}"; do',
+            f'  step fleet "$node" "$PY" -m trainer.launch.fleet_steps serve --route-to "${{RAY_ADDRESS%:*}}" '
+            f'--ready-file "$RUN/fleet/$node.json" --stop-file "$RUN/stop-fleet" -- {envs} {overrides} & FLEET_PIDS+=($!)',
+            "done",
+            "# 3. The gate: every node reported and every server answers /health, else the job fails here.",
+            f'(step gate "$HEAD" "$PY" -m trainer.launch.fleet_steps gate --ready-dir "$RUN/fleet" --nodes "${{FLEET_NODES[@]}}" '
+            f'--envs {envs} --out "$VERIGYM_FLEET_FILE" --timeout {job.fleet.ready_timeout_s:g}) & GATE_PID=$!',
+            'while kill -0 "$GATE_PID" 2>/dev/null; do',
+            '  for pid in "${FLEET_PIDS[@]}"; do',
+            '    kill -0 "$pid" 2>/dev/null || { log "an environment server step exited before the fleet was ready"; '
+            'kill "$GATE_PID" 2>/dev/null; exit 1; }',
+            "  done; sleep 0.5",
+            "done",
+            'wait "$GATE_PID" || { log "the environment fleet did not become ready"; exit 1; }',
+        ]
+    else:
+        lines += ['echo "{}" > "$VERIGYM_FLEET_FILE"  # no environments to start (the trainer was given URLs)']
+    lines += [
+        "",
+        "# 4. The trainer; its exit status is the job's.",
+        'log "starting the trainer"',
+        f'step trainer "$HEAD" {shlex.join(job.trainer_command)} & TRAINER_PID=$!',
+        'wait "$TRAINER_PID"; rc=$?; TRAINER_PID=',
+        'log "trainer exited with $rc"',
+        "exit $rc",
+        "",
+    ]
+    return "\n".join(lines)

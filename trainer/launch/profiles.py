@@ -1,0 +1,215 @@
+"""``env.toml``: where a job runs, as the Nemotron recipes define it (nemo_runspec profiles).
+
+    [wandb]                       # optional: project/entity for every job
+    project = "verigym"
+    entity = "my-team"
+
+    [my-cluster]                  # a profile: `driver run ... --run my-cluster`
+    executor = "slurm"
+    account = "my-account"
+    partition = "batch"
+    nodes = 2
+    gpus_per_node = 8
+    time = "04:00:00"
+
+    [big]
+    extends = "my-cluster"        # inherit, then override
+    nodes = 16
+
+Every key is checked: an unknown key is an error naming the closest valid one (a misspelled
+``partion`` must not silently submit to the default partition). Keys of Nemotron's profiles
+that verigym does not implement (the SSH tunnel, other executors, the packagers) are errors that
+say so, never accepted and ignored.
+
+Where the file is found: ``--env-file PATH``, else ``$VERIGYM_ENV_FILE``, else the first
+``env.toml`` walking up from the current directory (Nemotron looks it up the same way).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+ENV_FILE_VAR = "VERIGYM_ENV_FILE"
+
+# Nemotron profile keys verigym does not implement, with what to do instead.
+_NOT_SUPPORTED = {
+    "tunnel": "verigym submits with the sbatch of the machine it runs on: run `driver` on the cluster's login node",
+    "host": "verigym submits from the machine it runs on (no SSH tunnel): run `driver` on the login node",
+    "user": "verigym submits from the machine it runs on (no SSH tunnel): run `driver` on the login node",
+    "identity": "verigym submits from the machine it runs on (no SSH tunnel): run `driver` on the login node",
+    "remote_job_dir": "jobs write to logger.log_dir, which must be on a filesystem every node sees",
+    "packager": "verigym runs from the working tree on a shared filesystem (or inside container_image); no packaging",
+    "nproc_per_node": "the local executor runs the job script once on this machine; the trainer places its own workers",
+}
+_RESERVED_SECTIONS = {"artifacts", "cache", "cli"}  # Nemotron system sections verigym has no use for
+
+
+class ProfileError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WandbSettings(_Strict):
+    """``[wandb]``: exported to the job as WANDB_PROJECT / WANDB_ENTITY (wandb reads both)."""
+    project: str | None = None
+    entity: str | None = None
+
+
+class LocalProfile(_Strict):
+    """Run the job script on this machine (no scheduler): one node, same script as on Slurm."""
+    executor: Literal["local"]
+    startup_commands: list[str] = Field(default_factory=list)  # shell lines run before anything else
+
+
+class SlurmProfile(_Strict):
+    executor: Literal["slurm"]
+    account: str | None = None
+    partition: str | None = None
+    run_partition: str | None = None    # used by --run (attached) instead of partition
+    batch_partition: str | None = None  # used by --batch (detached) instead of partition
+    nodes: int = Field(1, ge=1)
+    ntasks_per_node: int = Field(1, ge=1)
+    gpus_per_node: int | None = Field(None, ge=0)
+    cpus_per_task: int | None = Field(None, ge=1)
+    mem: str | None = None              # per node, Slurm syntax ("0" = all of it, "200G")
+    exclusive: bool = False
+    time: str = "04:00:00"
+    container_image: str | None = Field(None, alias="container")  # needs Pyxis/enroot on the cluster
+    mounts: list[str] = Field(default_factory=list)  # "/host:/container", container_image only
+    startup_commands: list[str] = Field(default_factory=list)
+    # verigym: how many of the allocation's last nodes run the environment servers (0 = the first
+    # node, beside the trainer). Those nodes do not join the Ray cluster.
+    fleet_nodes: int = Field(0, ge=0)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _check(self) -> "SlurmProfile":
+        if self.mounts and not self.container_image:
+            raise ValueError("mounts apply to the container: set container_image too (or remove mounts)")
+        if self.fleet_nodes >= self.nodes:
+            raise ValueError(f"fleet_nodes={self.fleet_nodes} leaves no node for Ray and the trainer (nodes={self.nodes})")
+        for m in self.mounts:
+            if ":" not in m:
+                raise ValueError(f"mount {m!r} is not /host/path:/container/path")
+        return self
+
+    def partition_for(self, attached: bool) -> str | None:
+        return (self.run_partition if attached else self.batch_partition) or self.partition
+
+
+Profile = Annotated[Union[LocalProfile, SlurmProfile], Field(discriminator="executor")]
+_PROFILE = TypeAdapter(Profile)
+
+
+@dataclass(frozen=True)
+class EnvFile:
+    path: Path
+    wandb: WandbSettings = field(default_factory=WandbSettings)
+    profiles: dict[str, LocalProfile | SlurmProfile] = field(default_factory=dict)
+
+    def profile(self, name: str) -> LocalProfile | SlurmProfile:
+        if name not in self.profiles:
+            close = difflib.get_close_matches(name, list(self.profiles), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else \
+                f"profiles: {', '.join(self.profiles) or 'none'}"
+            raise ProfileError(f"{self.path}: no profile [{name}]; {hint}")
+        return self.profiles[name]
+
+
+def find_env_file(explicit: str | Path | None = None, start: Path | None = None) -> Path:
+    """``--env-file``, else ``$VERIGYM_ENV_FILE``, else ``env.toml`` in the cwd or a parent."""
+    chosen = explicit or os.environ.get(ENV_FILE_VAR)
+    if chosen:
+        path = Path(chosen).expanduser()
+        if not path.is_file():
+            raise ProfileError(f"env file {path} does not exist"
+                               + ("" if explicit else f" (from ${ENV_FILE_VAR})"))
+        return path
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "env.toml").is_file():
+            return folder / "env.toml"
+    raise ProfileError(f"no env.toml in {here} or its parents; write one (example: examples/env.toml) "
+                       f"or pass --env-file PATH / set ${ENV_FILE_VAR}")
+
+
+def _resolve_extends(name: str, tables: dict[str, dict[str, Any]], path: Path, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    if name in seen:
+        raise ProfileError(f"{path}: profiles extend each other in a loop: {' -> '.join((*seen, name))}")
+    table = dict(tables[name])
+    parent = table.pop("extends", None)
+    if parent is None:
+        return table
+    if parent not in tables:
+        close = difflib.get_close_matches(str(parent), list(tables), n=1)
+        raise ProfileError(f"{path}: [{name}] extends unknown profile {parent!r}"
+                           + (f"; did you mean {close[0]!r}?" if close else ""))
+    return {**_resolve_extends(parent, tables, path, (*seen, name)), **table}
+
+
+def _error(path: Path, section: str, exc: ValidationError, model: type[BaseModel]) -> ProfileError:
+    lines = []
+    for e in exc.errors():
+        loc = [str(x) for x in e["loc"] if x not in ("local", "slurm")]
+        key = loc[0] if loc else ""
+        if e["type"] == "extra_forbidden":
+            if key in _NOT_SUPPORTED:
+                lines.append(f"{key!r} is not supported: {_NOT_SUPPORTED[key]}")
+                continue
+            valid = [f.alias or n for n, f in model.model_fields.items()] + (["extends"] if section != "wandb" else [])
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+            lines.append(f"unknown key {key!r}: " + (f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"))
+        else:
+            lines.append(f"{'.'.join(loc) or 'profile'}: {e['msg']}")
+    return ProfileError(f"{path} [{section}]: " + "; ".join(lines))
+
+
+def load_env_file(path: str | Path) -> EnvFile:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    wandb = WandbSettings()
+    tables: dict[str, dict[str, Any]] = {}
+    for name, table in data.items():
+        if not isinstance(table, dict):
+            raise ProfileError(f"{path}: top-level key {name!r} is not a [table]; every profile is a table")
+        if name == "wandb":
+            try:
+                wandb = WandbSettings.model_validate(table)
+            except ValidationError as exc:
+                raise _error(path, "wandb", exc, WandbSettings) from None
+        elif name in _RESERVED_SECTIONS:
+            raise ProfileError(f"{path}: [{name}] is a Nemotron system section verigym does not use; remove it")
+        else:
+            tables[name] = table
+    profiles: dict[str, LocalProfile | SlurmProfile] = {}
+    for name in tables:
+        merged = _resolve_extends(name, tables, path)
+        executor = merged.get("executor", "local")
+        model = {"slurm": SlurmProfile, "local": LocalProfile}.get(executor)
+        if model is None:
+            raise ProfileError(f"{path} [{name}]: executor {executor!r} is not supported; use \"slurm\" or \"local\"")
+        try:
+            profiles[name] = _PROFILE.validate_python({**merged, "executor": executor})
+        except ValidationError as exc:
+            raise _error(path, name, exc, model) from None
+    return EnvFile(path=path, wandb=wandb, profiles=profiles)
+
+
+def load_profile(name: str, env_file: str | Path | None = None) -> tuple[LocalProfile | SlurmProfile, WandbSettings, Path]:
+    """The profile ``name`` from the env.toml found by :func:`find_env_file`."""
+    found = load_env_file(find_env_file(env_file))
+    return found.profile(name), found.wandb, found.path

@@ -1,0 +1,160 @@
+"""Submit a job script: Slurm (``sbatch``) or this machine (``local``); attached or detached.
+
+Attached (``--run PROFILE``): submit, print the job id and the log path, stream the log to the
+terminal while the job runs, and return the job's exit status. Ctrl-C cancels the job (``scancel``;
+the local executor gets SIGTERM), keeps streaming while it stops, and a second Ctrl-C stops waiting.
+Detached (``--batch PROFILE``): submit, print the job id and where the log goes, return 0.
+
+Logs: ``<job_dir>/slurm-<jobid>.log`` on Slurm, ``<job_dir>/local-<time>.log`` locally.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable
+
+from trainer.launch.job_script import JobSpec, render_job_script
+from trainer.launch.profiles import LocalProfile, SlurmProfile, WandbSettings
+
+TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                   "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+@dataclass
+class Submission:
+    job_id: str
+    log_path: Path
+    script_path: Path
+    executor: str
+    process: subprocess.Popen | None = None  # the local executor's bash
+
+
+def write_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool,
+                     wandb: WandbSettings | None = None) -> Path:
+    job.job_dir.mkdir(parents=True, exist_ok=True)
+    job.script_path.write_text(render_job_script(profile, job, attached=attached, wandb=wandb))
+    job.script_path.chmod(0o755)
+    return job.script_path
+
+
+def _sbatch(script: Path) -> str:
+    if not shutil.which("sbatch"):
+        raise LaunchError("sbatch not found: this profile needs a Slurm login node "
+                          "(for a one-machine test cluster: eval \"$(bash scripts/ci_slurm.sh)\")")
+    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LaunchError(f"sbatch {script} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout.strip().split(";")[0]
+
+
+def submit_script(profile: LocalProfile | SlurmProfile, job: JobSpec) -> Submission:
+    script = job.script_path
+    if isinstance(profile, SlurmProfile):
+        job_id = _sbatch(script)
+        return Submission(job_id, job.job_dir / f"slurm-{job_id}.log", script, "slurm")
+    log = job.job_dir / f"local-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    with open(log, "ab") as out:  # its own session: the job outlives this command in --batch mode
+        proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=job.workdir, start_new_session=True)
+    return Submission(f"local-{proc.pid}", log, script, "local", proc)
+
+
+def slurm_job_state(job_id: str) -> tuple[str, int | None]:
+    """``(state, exit status)`` from ``scontrol show job`` (status None until the job ended)."""
+    done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LaunchError(f"scontrol show job {job_id}: {done.stderr.strip()}")
+    state = re.search(r"\bJobState=(\S+)", done.stdout)
+    code = re.search(r"\bExitCode=(\d+):(\d+)", done.stdout)
+    name = state.group(1) if state else "UNKNOWN"
+    if name not in TERMINAL_STATES:
+        return name, None
+    rc, sig = (int(code.group(1)), int(code.group(2))) if code else (1, 0)
+    status = rc or (128 + sig if sig else 0)
+    return name, (status if status or name == "COMPLETED" else 1)
+
+
+class _LogFollower:
+    """Copy what the job appended to its log since the last call."""
+
+    def __init__(self, path: Path, out: IO[str]):
+        self.path, self.out, self.pos = path, out, 0
+
+    def pump(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                chunk = f.read()
+        except FileNotFoundError:
+            return
+        if chunk:
+            self.pos += len(chunk)
+            self.out.write(chunk.decode(errors="replace"))
+            self.out.flush()
+
+
+def follow(sub: Submission, out: IO[str] = sys.stdout, poll_s: float = 0.5) -> int:
+    """Stream the job's log until it ends; return its exit status."""
+    follower = _LogFollower(sub.log_path, out)
+    cancelled = False
+    status_of: Callable[[], int | None]
+    if sub.process is not None:
+        status_of = sub.process.poll
+    else:
+        status_of = lambda: slurm_job_state(sub.job_id)[1]  # noqa: E731
+    while True:
+        try:
+            follower.pump()
+            status = status_of()
+            if status is not None:
+                time.sleep(poll_s)  # the last lines land after the state changes
+                follower.pump()
+                return status
+            time.sleep(poll_s)
+        except KeyboardInterrupt:
+            if cancelled:
+                print(f"\ndriver: stopped waiting; job {sub.job_id} may still be stopping (log: {sub.log_path})",
+                      file=sys.stderr)
+                return 130
+            cancelled = True
+            print(f"\ndriver: cancelling job {sub.job_id} (Ctrl-C again to stop waiting); "
+                  "use --batch to leave a job running", file=sys.stderr, flush=True)
+            cancel(sub)
+
+
+def cancel(sub: Submission) -> None:
+    if sub.process is not None:
+        try:
+            os.killpg(sub.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    else:
+        subprocess.run(["scancel", sub.job_id], check=False)
+
+
+def launch(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool,
+           wandb: WandbSettings | None = None, out: IO[str] = sys.stdout) -> int:
+    """Write the job script, submit it; attached: stream and return the job's status, else 0."""
+    write_job_script(profile, job, attached=attached, wandb=wandb)
+    sub = submit_script(profile, job)
+    where = "Slurm job" if sub.executor == "slurm" else "local job (pid " + sub.job_id.split("-", 1)[1] + ")"
+    print(f"submitted {where} {sub.job_id}\n  script: {sub.script_path}\n  log:    {sub.log_path}", file=out, flush=True)
+    if not attached:
+        watch = f"squeue -j {sub.job_id}; tail -f {sub.log_path}" if sub.executor == "slurm" else f"tail -f {sub.log_path}"
+        print(f"  follow: {watch}", file=out, flush=True)
+        return 0
+    status = follow(sub, out)
+    print(f"job {sub.job_id} finished with exit status {status} (log: {sub.log_path})", file=out, flush=True)
+    return status
