@@ -179,12 +179,14 @@ def _is_gym_instance(item: Any) -> bool:
 
 
 def _unknown_hint(key: str, valid: list[str], section: str) -> str:
+    # a near spelling here, and the exact key where it does live (written in the wrong section)
+    elsewhere = sorted(p for p in _key_index().get(key, []) if p.rsplit(".", 1)[0] != section)[:3]
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if close:
-        return f"unknown key; did you mean {(section + '.' if section else '') + close[0]!r}?"
-    elsewhere = [p for p in _key_index().get(key, []) if p.rsplit(".", 1)[0] != section]
+        also = f" ({key!r} is a key of {', '.join(elsewhere)})" if elsewhere else ""
+        return f"unknown key; did you mean {(section + '.' if section else '') + close[0]!r}?{also}"
     if elsewhere:
-        return f"unknown key in {section or 'the top level'}; {key!r} is a key of {', '.join(sorted(elsewhere)[:3])}"
+        return f"unknown key in {section or 'the top level'}; {key!r} is a key of {', '.join(elsewhere)}"
     shown = ", ".join(sorted(valid)[:40]) + (" ..." if len(valid) > 40 else "")
     return f"unknown key; valid keys{' of ' + section if section else ''}: {shown}"
 

@@ -1,0 +1,173 @@
+"""`driver run --backend nemo-rl`: stage presets -> schema-checked NeMo-RL config, Gym config, plan."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainer.blends import load_blend
+from trainer.config import ConfigError, load_config, load_yaml_with_defaults, resolve_config_path
+from trainer.nemo_rl.backend import build_plan, node_roles
+from trainer.nemo_rl.gym_config import FleetAddressError, fill_addresses, main as gym_config_main
+from trainer.nemo_rl.schema import SchemaError, check_config, load_schema
+
+REPO = Path(__file__).resolve().parents[2]
+STAGES = ["rlvr", "swe1", "swe2", "rlhf"]
+PRESETS = [f"{s}{v}" for s in STAGES for v in ("", "_small", "_test")]
+
+
+def driver(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainer.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def test_schema_is_versioned_against_a_nemo_rl_commit():
+    info = load_schema()["nemo_rl"]
+    assert info["repo"] == "NVIDIA-NeMo/RL" and len(info["commit"]) == 40
+    assert load_schema()["root"].endswith(":MasterConfig")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_dry_run_writes_a_config_that_passes_the_schema(preset, tmp_path):
+    out = tmp_path / "run"
+    done = driver("run", "--blend", "rlvr2", "-c", preset, "--backend", "nemo-rl", "--dry-run",
+                  f"logger.log_dir={out}", "--data-dir", str(tmp_path / "nodata"),
+                  env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert done.returncode == 0, done.stderr
+    grpo = yaml.safe_load((out / "nemo_rl" / "grpo.yaml").read_text())
+    check_config(grpo)  # the file as written, not only the in-memory dict
+    assert grpo["data"]["train"]["data_path"] == str((tmp_path / "nodata" / "train.jsonl").resolve())
+    assert str((out / "nemo_rl" / "nemo_gym_fleet.yaml").resolve()) in grpo["env"]["nemo_gym"]["config_paths"]
+    assert "nodes:" in done.stdout and "environment servers:" in done.stdout and "nothing submitted" in done.stdout
+
+
+def test_rlvr_preset_carries_the_seed_table():
+    cfg = load_yaml_with_defaults(resolve_config_path("rlvr"))
+    m, g = cfg["policy"]["megatron_cfg"], cfg["grpo"]
+    assert (g["num_prompts_per_step"], g["num_generations_per_prompt"]) == (256, 16)
+    assert cfg["policy"]["max_total_sequence_length"] == 65536
+    assert (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["context_parallel_size"],
+            m["expert_model_parallel_size"], m["sequence_parallel"]) == (4, 1, 8, 8, True)
+    assert (m["optimizer"]["lr"], cfg["loss_fn"]["reference_policy_kl_penalty"], g["overlong_filtering"]) == (3e-6, 0.0, False)
+    a = g["async_grpo"]
+    assert (a["max_trajectory_age_steps"], a["in_flight_weight_updates"], a["recompute_kv_cache_after_weight_updates"]) == (1, True, False)
+    roles = node_roles(cfg)
+    assert (roles.total, roles.training, roles.generation, roles.judges) == (109, 32, 72, 5)
+    for stage, nodes, pg, seq, lr, kl, overlong in [("swe1", 64, (64, 16), 131072, 1e-6, 0.0, True),
+                                                     ("swe2", 64, (16, 32), 196608, 1e-6, 0.0, True),
+                                                     ("rlhf", 72, (128, 16), 49152, 1e-6, 1e-4, False)]:
+        c = load_yaml_with_defaults(resolve_config_path(stage))
+        assert c["cluster"]["num_nodes"] == nodes and node_roles(c).total == nodes
+        assert (c["grpo"]["num_prompts_per_step"], c["grpo"]["num_generations_per_prompt"]) == pg
+        assert c["policy"]["max_total_sequence_length"] == seq
+        assert c["policy"]["megatron_cfg"]["optimizer"]["lr"] == lr
+        assert c["loss_fn"]["reference_policy_kl_penalty"] == kl and c["grpo"]["overlong_filtering"] is overlong
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("grpo.num_prompt_per_step=4", "did you mean 'grpo.num_prompts_per_step'"),
+    ("policy.megatron_cfg.tensor_parallel_size=2", "did you mean 'policy.megatron_cfg.tensor_model_parallel_size'"),
+    ("grpo.reference_policy_kl_penalty=0.1", "is a key of loss_fn.reference_policy_kl_penalty"),
+    ("trainer.max_steps=3", "trainer: unknown key"),
+    ("grpo.num_prompts_per_step=many", "grpo.num_prompts_per_step: expected an integer, got 'many'"),
+    ("grpo.async_grpo.in_flight_weight_updates=[1]", "expected true/false"),
+    ("policy.megatron_cfg.recompute_granularity=partial", "one of 'full', 'selective'"),
+    ("env.nemo_gym.num_gpu_node=3", "did you mean 'env.nemo_gym.num_gpu_nodes'"),
+])
+def test_perturbed_keys_are_errors_naming_the_fix(override, expected):
+    blend = load_blend("tiny")
+    with pytest.raises(SchemaError) as info:
+        build_plan("rlvr_test", [override], blend, Path("/nonexistent/data"))
+    assert expected in str(info.value)
+
+
+def test_perturbed_config_dict_lists_every_problem():
+    cfg = copy.deepcopy(load_yaml_with_defaults(resolve_config_path("rlhf")))
+    cfg["grpo"]["penalize_invalid_tool_call"] = True  # in the official Super YAML, read by no code
+    cfg["policy"]["max_total_sequence_length"] = "long"
+    cfg["checkpointing"]["keep_top_k"] = 2.5
+    del cfg["cluster"]
+    with pytest.raises(SchemaError) as info:
+        check_config(cfg)
+    problems = info.value.problems
+    assert any(p.startswith("grpo.penalize_invalid_tool_call") for p in problems)
+    assert any(p.startswith("policy.max_total_sequence_length: expected an integer") for p in problems)
+    assert any(p.startswith("checkpointing.keep_top_k") for p in problems)
+    assert "cluster: missing section (NeMo-RL requires it)" in problems
+
+
+def test_interpolations_and_unknown_gym_instances():
+    cfg = copy.deepcopy(load_yaml_with_defaults(resolve_config_path("rlvr")))
+    cfg["policy"]["max_total_sequence_length"] = "${oc.env:SEQ}"  # resolved by NeMo-RL's OmegaConf
+    cfg["env"]["nemo_gym"]["math_judge"] = {"responses_api_models": {"vllm_model": {"entrypoint": "app.py"}}}
+    check_config(cfg)
+    cfg["env"]["nemo_gym"]["math_judge"] = 3  # not a Gym instance: a misspelled knob
+    with pytest.raises(SchemaError):
+        check_config(cfg)
+
+
+def test_built_in_engine_rejects_nemo_rl_only_keys():
+    with pytest.raises(ConfigError, match="NeMo-RL's, and the built-in engine cannot act on it"):
+        load_config("rlvr")
+    with pytest.raises(ConfigError, match="did you mean 'grpo.num_prompts_per_step'"):
+        load_config("tiny", ["grpo.num_prompt_per_step=3"])
+
+
+def test_gym_config_routes_agent_names_to_fleet_addresses(tmp_path):
+    prepared = tmp_path / "data"
+    prepared.mkdir()
+    (prepared / "manifest.json").write_text(json.dumps({"counts": {"train_per_env": {"math": 3, "mcqa": 2},
+                                                                    "val_per_env": {"math": 1}}}))
+    plan = build_plan("rlvr_test", [f"logger.log_dir={tmp_path / 'run'}"], load_blend("tiny"), prepared)
+    assert [e.name for e in plan.envs] == ["math", "mcqa"]
+    template = plan.gym_template
+    assert template["math_with_judge_simple_agent"]["responses_api_agents"]["simple_agent"]["resources_server"] == \
+        {"type": "resources_servers", "name": "math"}
+    assert template["mcqa"]["resources_servers"]["verigym_remote"]["domain"] == "knowledge"
+    template_file = tmp_path / "t.yaml"
+    template_file.write_text(yaml.safe_dump(template))
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"servers": {"math": "http://10.0.0.5:41001", "mcqa": "http://10.0.0.6:41002"}}))
+    assert gym_config_main(["--template", str(template_file), "--fleet", str(fleet), "--output", str(tmp_path / "g.yaml")]) == 0
+    filled = yaml.safe_load((tmp_path / "g.yaml").read_text())
+    assert filled["mcqa"]["resources_servers"]["verigym_remote"]["host"] == "10.0.0.6"
+    assert filled["mcqa"]["resources_servers"]["verigym_remote"]["port"] == 41002
+    with pytest.raises(FleetAddressError, match="no address for: mcqa"):
+        fill_addresses(template, {"math": "http://h:1"})
+
+
+def test_plan_shows_the_diff_from_the_preset(tmp_path):
+    done = driver("run", "--blend", "tiny", "-c", "rlvr_test", "--backend", "nemo-rl", "--dry-run",
+                  f"logger.log_dir={tmp_path}", "grpo.max_num_steps=7", "policy.model_name=/ckpt/sft")
+    assert done.returncode == 0, done.stderr
+    assert "grpo.max_num_steps: 2 -> 7" in done.stdout
+    assert 'policy.model_name: "???" -> "/ckpt/sft"' in done.stdout
+    assert "training 1, generation 1" in done.stdout
+
+
+def test_nemo_rl_backend_needs_a_preset_and_reports_bad_keys_in_one_line(tmp_path):
+    done = driver("run", "--blend", "tiny", "--backend", "nemo-rl", "--dry-run")
+    assert done.returncode == 2 and "needs a stage preset" in done.stderr
+    done = driver("run", "--blend", "tiny", "-c", "rlvr_test", "--backend", "nemo-rl", "--dry-run",
+                  f"logger.log_dir={tmp_path}", "grpo.num_prompt_per_step=3")
+    assert done.returncode == 2 and "did you mean 'grpo.num_prompts_per_step'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_offline_dry_run_needs_no_data_and_a_missing_hub_file_is_one_line(tmp_path):
+    offline = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = driver("run", "--blend", "rlvr2", "--dry-run", "--data-dir", str(tmp_path / "none"), env=offline)
+    assert done.returncode == 0, done.stderr
+    assert "is not prepared" in done.stdout and "HF_HUB_OFFLINE" in done.stdout
+    done = driver("data", "prep", "--blend", "rlvr2", "--output", str(tmp_path / "out"), env=offline)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert "--input" in lines[0] and "--data-dir" in lines[0] and "HF_HUB_OFFLINE" in lines[0]
