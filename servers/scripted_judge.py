@@ -83,6 +83,8 @@ class ScriptedJudge:
         self.requests = 0  # completions requested (any outcome)
         self.answered = 0  # completions answered 200
         self.prompts: deque[str] = deque(maxlen=10000)  # the latest prompts received (tests inspect them)
+        self.bodies: deque[dict[str, Any]] = deque(maxlen=100)  # the latest request bodies
+        self.last_authorization: str | None = None  # the Authorization header of the latest request
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
 
@@ -123,6 +125,7 @@ class ScriptedJudge:
 
     async def _answer(self, request: web.Request) -> tuple[str, str] | web.Response:
         self.requests += 1
+        self.last_authorization = request.headers.get("Authorization")
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
@@ -136,6 +139,7 @@ class ScriptedJudge:
             await asyncio.sleep(delay)
         prompt = _prompt_text(body)
         self.prompts.append(prompt)
+        self.bodies.append(body)
         text = "Thinking about it... the answer is unclear." if self.garbage else self.reply_for(prompt)
         self.answered += 1
         return str(body.get("model", MODEL_NAME)), text
