@@ -171,3 +171,33 @@ def test_offline_dry_run_needs_no_data_and_a_missing_hub_file_is_one_line(tmp_pa
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert "--input" in lines[0] and "--data-dir" in lines[0] and "HF_HUB_OFFLINE" in lines[0]
+
+
+def test_verigym_remote_process_lives_with_the_server_and_exits_when_it_dies(tmp_path, monkeypatch):
+    """The process NeMo-Gym starts for a verigym_remote instance, against a real env server."""
+    import time
+
+    from trainer.fleet import Fleet
+    from trainer.nemo_rl.gym_config import GYM_ROOT, FleetEnv, render_template
+
+    monkeypatch.setenv("VERIGYM_ENV_PATH", str(Path(__file__).parent / "fixture_envs"))
+    template = render_template([FleetEnv("answer_match", "other", ("answer_match_simple_agent",))])
+    inner = template["answer_match"]["resources_servers"]["verigym_remote"]
+    inner.update(health_poll_s=0.2, health_failures_to_exit=3)
+    app = GYM_ROOT / "resources_servers" / "verigym_remote" / "app.py"
+    fleet = Fleet(["answer_match"], log_dir=tmp_path)
+    fleet.start()
+    try:
+        config = fill_addresses(template, fleet.urls)
+        watcher = subprocess.Popen([sys.executable, str(app)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, "NEMO_GYM_CONFIG_PATH": "answer_match",
+                                        "NEMO_GYM_CONFIG_DICT": yaml.safe_dump(config)})
+        time.sleep(1.5)
+        assert watcher.poll() is None, watcher.communicate()
+    finally:
+        fleet.stop()
+    try:
+        assert watcher.wait(timeout=20) == 1
+    finally:
+        watcher.kill()
+    assert "failed 3 health checks in a row" in watcher.stderr.read()

@@ -54,7 +54,7 @@ def render_template(envs: list[FleetEnv]) -> dict[str, Any]:
     for env in envs:
         config[env.name] = {"resources_servers": {REMOTE_IMPL: {
             "entrypoint": "app.py", "domain": gym_domain(env.domain), "host": None, "port": None,
-            "verigym_env": env.name}}}
+            "verigym_env": env.name, "health_poll_s": 5.0, "health_failures_to_exit": 6}}}
         for agent in env.agent_names:
             if agent in config:
                 raise ValueError(f"agent name {agent!r} is also an environment name or is answered by two environments")

@@ -15,8 +15,8 @@ import urllib.request
 
 import yaml
 
-POLL_S = 5.0
-FAILURES_BEFORE_EXIT = 6  # 30 s without an answer
+DEFAULT_POLL_S = 5.0
+DEFAULT_FAILURES = 6  # 30 s without an answer
 
 
 def main() -> int:
@@ -24,17 +24,20 @@ def main() -> int:
     config = yaml.safe_load(os.environ["NEMO_GYM_CONFIG_DICT"])
     inner = config[name]["resources_servers"]["verigym_remote"]
     url = f"http://{inner['host']}:{inner['port']}/health"
+    poll_s = float(inner.get("health_poll_s") or DEFAULT_POLL_S)
+    allowed = int(inner.get("health_failures_to_exit") or DEFAULT_FAILURES)
+    print(f"verigym_remote {name}: watching {url}", flush=True)
     failures = 0
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=POLL_S) as reply:
+            with urllib.request.urlopen(url, timeout=poll_s) as reply:
                 failures = 0 if reply.status == 200 else failures + 1
         except (urllib.error.URLError, OSError):
             failures += 1
-        if failures >= FAILURES_BEFORE_EXIT:
-            print(f"verigym_remote {name}: {url} did not answer for {FAILURES_BEFORE_EXIT * POLL_S:.0f}s", file=sys.stderr)
+        if failures >= allowed:
+            print(f"verigym_remote {name}: {url} failed {allowed} health checks in a row", file=sys.stderr)
             return 1
-        time.sleep(POLL_S)
+        time.sleep(poll_s)
 
 
 if __name__ == "__main__":
