@@ -27,6 +27,7 @@ DEFAULT_AGENT_MAP: dict[str, str] = {
     "math_simple_agent": "math",
     "math_with_code_simple_agent": "math_python",
     "math_python_simple_agent": "math_python",
+    "ns_tools_simple_agent": "math_python",
     "math_formal_lean_simple_agent": "math_formal_lean",
     "math_formal_lean_refinement_agent": "math_formal_lean",
     "mcqa_simple_agent": "mcqa",

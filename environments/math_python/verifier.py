@@ -1,9 +1,10 @@
-"""``math_python``: math with a stateful Python tool (NeMo-Gym ``math_with_code`` rows).
+"""``math_python``: math with a stateful Python tool (NeMo-Gym ``math_with_code`` and ``ns_tools`` rows).
 
-``/seed_session`` creates a sandbox for the rollout; ``POST /execute_python`` (alias
-``/run_python``) runs a cell there, notebook-style (see ``kernel.py`` for how state
-persists); ``/verify`` scores the final answer exactly like the ``math`` environment
-(same extraction and the same pure scoring functions) and frees the sandbox.
+``/seed_session`` creates a sandbox for the rollout; ``POST /execute_python`` (aliases
+``/run_python`` and ns_tools' ``/stateful_python_code_exec``) runs a cell there,
+notebook-style (see ``kernel.py`` for how state persists); ``/verify`` scores the final
+answer exactly like the ``math`` environment (same extraction and the same pure scoring
+functions) and frees the sandbox.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
 from environments.math.verifier import ExtractionRule, score_final_answer
@@ -31,14 +32,47 @@ KERNEL_READY = b"[verigym kernel ready]\n"  # must match kernel.py READY
 _MARKER_GRACE_S = 5.0  # after the stdout marker, how long the stderr marker may lag
 
 
-class MathPythonRow(RowModel):
-    expected_result: str = Field(..., min_length=1, description="Gold final answer (number or LaTeX).")
-    expected_code_contains: str = Field("", description="If set, some executed cell must contain this text.")
+# ns_tools rows may name the verifier that scores them; these are the ones whose scoring this
+# environment performs (math_with_judge without its judge = math-verify on the final answer).
+NS_TOOLS_VERIFIERS = frozenset({"math_with_judge", "math"})
 
-    @field_validator("expected_result", mode="before")
+
+class MathPythonRow(RowModel):
+    expected_result: str | None = Field(None, min_length=1, description="Gold final answer (number or LaTeX); "
+                                        "math_with_code rows.")
+    expected_answer: str | None = Field(None, min_length=1, description="Gold final answer; ns_tools rows "
+                                        "(the same as expected_result).")
+    expected_code_contains: str = Field("", description="If set, some executed cell must contain this text.")
+    verifier_type: str | None = Field(None, description="ns_tools: the verifier for this row; "
+                                      f"one of {sorted(NS_TOOLS_VERIFIERS)} (or absent).")
+
+    @field_validator("expected_result", "expected_answer", mode="before")
     @classmethod
     def _numbers_as_text(cls, value: Any) -> Any:
         return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    @field_validator("verifier_type")
+    @classmethod
+    def _known_verifier(cls, value: str | None) -> str | None:
+        # Any other verifier (a judge, a code checker) is not what this environment runs: scoring
+        # the row as math anyway would be a silent wrong reward.
+        if value is not None and value not in NS_TOOLS_VERIFIERS:
+            raise ValueError(f"verifier_type {value!r} is not scored here; this environment scores "
+                             f"{sorted(NS_TOOLS_VERIFIERS)} (math-verify on the final answer)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_gold(self) -> "MathPythonRow":
+        if self.expected_result is None and self.expected_answer is None:
+            raise ValueError("give the gold answer as 'expected_result' (math_with_code) or 'expected_answer' (ns_tools)")
+        if self.expected_result is not None and self.expected_answer is not None \
+                and self.expected_result.strip() != self.expected_answer.strip():
+            raise ValueError("'expected_result' and 'expected_answer' disagree; give one gold answer")
+        return self
+
+    @property
+    def gold(self) -> str:
+        return self.expected_result if self.expected_result is not None else self.expected_answer  # type: ignore[return-value]
 
 
 class MathPythonConfig(SandboxLimitsConfig, EnvConfig):
@@ -92,6 +126,7 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
     domain = "math"
     summary = "Math with a stateful sandboxed Python tool (execute_python); final answer scored like math."
     needs = ("sandbox",)
+    agent_names = ("math_with_code_simple_agent", "math_python_simple_agent", "ns_tools_simple_agent")
     Row = MathPythonRow
     Config = MathPythonConfig
     stateful = True
@@ -276,10 +311,18 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
     async def run_python(self, session: Session, args: CodeArgs) -> dict[str, Any]:
         return await self._execute(session, args)
 
+    @tool("Execute Python code in a stateful Jupyter-notebook-like environment; variables persist across "
+          "calls within the same session (NeMo-Skills' tool, as ns_tools rows name it).")
+    async def stateful_python_code_exec(self, session: Session, args: CodeArgs) -> dict[str, Any]:
+        reply = await self._execute(session, args)
+        # NeMo-Skills' sandbox reports process_status: completed | error | timeout.
+        status = "timeout" if reply.get("timed_out") else "completed" if reply.get("success") else "error"
+        return {**reply, "process_status": status}
+
     async def verify(self, row: MathPythonRow, response: ResponseObject, session: Session | None) -> Verdict:
         cfg = self.config
         text = response.last_message_text or response.output_text
-        gold = row.expected_result
+        gold = row.gold
         extracted, rule = extract_answer(text, cfg.extraction, incomplete=is_incomplete(response))
         extras: dict[str, Any] = {"expected_answer": gold, "extracted_answer": extracted, "extraction_rule": rule,
                                   "tool_calls": len(session.executed) if session else len(response.function_calls)}
