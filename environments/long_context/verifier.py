@@ -8,21 +8,57 @@ Rows carry one gold source:
   16-gram overlap with the prompt (copying the haystack is not reasoning);
 * ``answers`` (multi-document QA): ``token_f1`` or ``exact_match`` (SQuAD normalisation).
 A row may force a metric with ``metric``.
+
+``lc_judge`` mode (NeMo-Gym's ``lc_judge`` config of ``equivalence_llm_judge``): rows with
+``metric: judge``, or routed from ``lc_judge_simple_agent``, have a free-text ``expected_answer``
+that an LLM judge compares with the final answer (CORRECT / INCORRECT). The judging is the
+shared equivalence flow (environments/equivalence_llm_judge/equivalence.py), its settings under
+the ``lc_judge`` config key; the judge is ``judges.judge``. Only these rows call a judge.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterator, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from environments.equivalence_llm_judge.equivalence import EquivalenceSettings, judge_equivalence, question_of
 from environments.long_context import scoring
 from environments.long_context.synthetic import generate_rows
 from servers.environment import EnvConfig, Environment, Verdict
+from servers.judge import JudgeConfig, JudgedConfig, JudgedEnvironment, final_answer
 from servers.wire import ResponseObject, RowModel
 
-Metric = Literal["string_match_all", "string_match_part", "exact_match", "token_f1", "set_f1"]
+Metric = Literal["string_match_all", "string_match_part", "exact_match", "token_f1", "set_f1", "judge"]
+LC_JUDGE_AGENTS = ("lc_judge_simple_agent",)  # rows from this agent are judged (metric "judge")
+
+# NeMo-Gym's prompt_templates/lc_judge.txt.
+LC_JUDGE_PROMPT = """Assess whether the following CANDIDATE ANSWER is CORRECT or INCORRECT.
+For the CANDIDATE ANSWER to be correct, it must be consistent with the OFFICIAL ANSWER.
+
+The question, for reference only: {question}
+The OFFICIAL ANSWER: {expected_answer}
+CANDIDATE ANSWER TO ASSESS: {generated_answer}
+
+Reply only with CORRECT or INCORRECT."""
+
+
+class LcJudgeSettings(EquivalenceSettings):
+    """The equivalence judge's keys with NeMo-Gym's configs/lc_judge.yaml values as defaults (keys
+    that file leaves out: its server's class defaults)."""
+
+    judge_prompt_template: str = Field(LC_JUDGE_PROMPT, description="NeMo-Gym's lc_judge.txt; placeholders "
+                                       "{question} {expected_answer} {generated_answer}.")
+    judge_equal_label: str = Field("CORRECT", min_length=1, description="The judge's 'correct' label.")
+    judge_not_equal_label: str = Field("INCORRECT", min_length=1, description="The judge's 'incorrect' label.")
+    question_extract_regex: str | None = Field(
+        r"^QUESTION:\s*(.*)$|</text>\n\n(.*)$", description="The question: after 'QUESTION:', else after the "
+                                                             "last </text> document block.")
+    extraction_length_threshold: int | None = Field(120, ge=0, description="As equivalence_llm_judge.")
+    check_full_generation_on_fail: bool = Field(True, description="As equivalence_llm_judge.")
+    reward_if_full_generation_succeeds: float = Field(0.5, description="As equivalence_llm_judge.")
 
 
 class LongContextRow(RowModel):
@@ -42,35 +78,66 @@ class LongContextRow(RowModel):
             raise ValueError("give at least one gold answer, none of them empty")
         return golds
 
-    @field_validator("expected_answer")
-    @classmethod
-    def _json_list_of_strings(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        try:
-            nodes = json.loads(value)
-        except ValueError:
-            nodes = None
-        if not isinstance(nodes, list) or not all(isinstance(node, str) for node in nodes):
-            raise ValueError(f"expected_answer must be a JSON list of strings (lc_niah), got {value[:100]!r}")
-        return value
+    @property
+    def output_regex(self) -> str | None:
+        meta = (self.model_extra or {}).get("template_metadata")
+        regex = meta.get("output_regex") if isinstance(meta, dict) else None
+        return regex if isinstance(regex, str) and regex else None
+
+    @property
+    def judged(self) -> bool:
+        """An lc_judge row: ``metric: judge``, or routed from an lc_judge agent."""
+        agent = (self.model_extra or {}).get("agent_ref")
+        return self.metric == "judge" or (isinstance(agent, dict) and agent.get("name") in LC_JUDGE_AGENTS)
 
     @model_validator(mode="after")
     def _one_gold(self) -> "LongContextRow":
+        if self.judged:
+            if not (self.expected_answer or "").strip():
+                raise ValueError("an lc_judge row (metric 'judge' / lc_judge_simple_agent) needs a non-empty "
+                                 "free-text 'expected_answer'")
+            if self.output_regex is not None:
+                try:
+                    re.compile(self.output_regex)
+                except re.error as exc:
+                    raise ValueError(f"template_metadata.output_regex is not a valid regular expression: {exc}") \
+                        from None
+            return self
         given = [n for n in ("outputs", "expected_answer", "answers") if getattr(self, n) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one gold source: 'outputs' (RULER), 'expected_answer' (lc_niah) or "
                              f"'answers' (QA); got {given or 'none'}")
+        if self.expected_answer is not None:
+            _json_list_of_strings(self.expected_answer)
         if self.metric == "set_f1" and self.expected_answer is None:
             raise ValueError("metric 'set_f1' needs 'expected_answer'")
         return self
 
 
-class LongContextConfig(EnvConfig):
+def _json_list_of_strings(value: str) -> None:
+    try:
+        nodes = json.loads(value)
+    except ValueError:
+        nodes = None
+    if not isinstance(nodes, list) or not all(isinstance(node, str) for node in nodes):
+        raise ValueError(f"expected_answer must be a JSON list of strings (lc_niah), got {value[:100]!r}; "
+                         "free-text answers are lc_judge rows (metric 'judge')")
+
+
+class LongContextConfig(JudgedConfig, EnvConfig):
     qa_metric: Literal["token_f1", "exact_match"] = Field("token_f1", description="Metric for 'answers' rows.")
     overlap_grading_rule: Literal["base", "multiply", "minus"] = Field(
         "multiply", description="lc_niah rows: base = answer F1; multiply = F1 * (1 - overlap); minus = F1 - overlap.")
     overlap_ngram: int = Field(16, ge=1, description="n of the reasoning/prompt word n-gram overlap (lc_niah).")
+    judges: dict[str, JudgeConfig] = Field(
+        default_factory=lambda: {"judge": JudgeConfig(base_url="http://127.0.0.1:8000/v1",
+                                                      model="Qwen/Qwen3-235B-A22B-Instruct-2507-FP8")},
+        description="lc_judge rows: the judge named 'judge' (other rows never call it).")
+    judge_health: Literal["require", "report"] = Field(
+        "report", description="report (default): /health stays 200 when the judge is down, since only lc_judge "
+                              "rows need it (they fail with judge_error); require: 503 until it is reachable.")
+    lc_judge: LcJudgeSettings = Field(default_factory=LcJudgeSettings,
+                                          description="lc_judge rows: the equivalence judge's prompt, labels, regexes.")
 
 
 def _input_text(row: LongContextRow) -> str:
@@ -92,15 +159,21 @@ def _reasoning_text(response: ResponseObject) -> str:
                    for s in (item.summary or []))
 
 
-class LongContext(Environment):
+class LongContext(JudgedEnvironment, Environment):
     name = "long_context"
     domain = "long_context"
-    summary = "RULER / lc_niah / long-document QA: string-match-all/part, set F1, EM and token F1 against gold answers."
+    summary = ("RULER / lc_niah / long-document QA: string-match-all/part, set F1, EM and token F1 against gold "
+               "answers; lc_judge rows: an LLM judge")
+    needs = ("judge",)  # lc_judge rows only; the rule-scored rows never call it
+    agent_names = ("ruler_simple_agent", "long_context_simple_agent", *LC_JUDGE_AGENTS)
+    judge_names = ("judge",)
     Row = LongContextRow
     Config = LongContextConfig
     config: LongContextConfig
 
     def choose_metric(self, row: LongContextRow) -> Metric:
+        if row.judged:
+            return "judge"
         if row.metric:
             return row.metric
         if row.expected_answer is not None:
@@ -112,6 +185,8 @@ class LongContext(Environment):
     async def verify(self, row: LongContextRow, response: ResponseObject, session: Any) -> Verdict:
         answer = response.output_text
         metric = self.choose_metric(row)
+        if metric == "judge":
+            return await self._judge(row, response)
         if metric != "set_f1":
             golds = row.outputs if row.outputs is not None else row.answers or [row.expected_answer or ""]
             score = scoring.METRICS[metric](answer, golds)
@@ -124,6 +199,21 @@ class LongContext(Environment):
             else answer_score - overlap
         return Verdict(reward=reward, extras={"metric": metric, "answer_score": answer_score,
                                               "reasoning_overlap": overlap, "extracted_answer": nodes})
+
+    async def _judge(self, row: LongContextRow, response: ResponseObject) -> Verdict:
+        settings = self.config.lc_judge
+        expected = row.expected_answer or ""
+        answer = final_answer(response)
+        if not answer:  # nothing to judge (empty, or reasoning that never closed)
+            return Verdict(0.0, extras={"metric": "judge", "expected_answer": expected, "extracted_answer": "",
+                                        "judge_evaluations": [], "scored_by": "empty_response"})
+        outcome = await judge_equivalence(self.judge("judge"), settings, question=question_of(
+            row, settings.question_extract_regex), expected=expected, response_text=answer,
+            record_regex=row.output_regex)
+        labels = (settings.judge_equal_label, settings.judge_not_equal_label)
+        return Verdict(outcome.reward, extras={
+            "metric": "judge", "expected_answer": expected, "extracted_answer": outcome.extracted_answer,
+            "judge_evaluations": [p.as_dict(labels) for p in outcome.passes], "scored_by": "judge"})
 
     @classmethod
     def generate(cls, *, tasks: list[str] | None, size: int, seed: int, **options: Any) -> Iterator[dict]:
