@@ -267,7 +267,7 @@ def add_example_keys(collector: "Collector", root: str) -> int:
             if field is None:
                 if depth == 0 or str(key) not in names:  # the top-level sections are MasterConfig's
                     continue
-                target = collector.models[models[-1]]
+                target = collector.models[models[0]]  # the first variant: the "enabled: true" one
                 field = target["fields"][key] = {"type": _inferred(value), "required": False,
                                                  "from_example": example}
                 added += 1
@@ -311,7 +311,12 @@ def main() -> int:
     if root is None:
         raise SystemExit(f"{ROOT_CLASS} not found in {ROOT_FILE}")
     collector.add_model(root)
-    collector.add_model("nemo_rl.experience.rollouts:EffortLevelsConfig")
+    effort = "nemo_rl.experience.rollouts:EffortLevelsConfig"
+    if effort in collector.classes:
+        collector.add_model(effort)
+    else:  # an older/newer NeMo-RL without it: the key stays, typed as a plain mapping
+        NEMO_GYM_SECTION["fields"]["effort_levels"]["type"] = {"t": "union", "of": [{"t": "dict", "value": {"t": "any"}},
+                                                                                   {"t": "none"}]}
     from_examples = add_example_keys(collector, root)
     models = dict(sorted(collector.models.items()))
     models[root]["fields"]["env"] = {"type": {"t": "model", "name": "env:EnvSection"}, "required": True}
