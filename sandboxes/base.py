@@ -161,6 +161,9 @@ class Sandbox(abc.ABC):
 
     supports_processes: bool = False  # start_process available (False: it raises SandboxError)
     _destroyed: bool = False  # set by destroy(); every later use raises
+    # The interpreter's path inside the sandbox (what exec_python runs): the image's python3,
+    # or for the process backend the server's own (or the configured) interpreter.
+    python: str = "python3"
 
     def _check_alive(self) -> None:
         if self._destroyed:
@@ -181,7 +184,7 @@ class Sandbox(abc.ABC):
         override it with something faster that gives the same result."""
         if (path is None) == (code is None):
             raise ValueError("give exactly one of path= or code=")
-        argv = ["python3", "-I", *((path,) if path is not None else ("-c", code)), *args]
+        argv = [self.python, "-I", *((path,) if path is not None else ("-c", code)), *args]
         return await self.exec(argv, stdin=stdin, timeout=timeout, limits=limits, env=env)
 
     async def start_process(self, argv: Sequence[str], *, limits: Limits | None = None,

@@ -75,6 +75,10 @@ class ProcessSandbox(Sandbox):
         self._uid_used = False
 
     @property
+    def python(self) -> str:  # type: ignore[override]
+        return self.layout.python.executable
+
+    @property
     def uid(self) -> int | None:
         return self.layout.uid
 

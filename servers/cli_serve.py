@@ -9,6 +9,12 @@ line and for ``/health`` to answer 200, prints the name -> URL table, then super
 * SIGINT/SIGTERM to the parent forwards SIGTERM to every child, which stops accepting,
   drains in-flight verifications and exits 0; the parent exits 0 when all of them did.
 
+While starting: a ``/health`` 503 whose environment check carries ``fatal`` (its start-up
+check found it cannot work here: inherited limits, a failing sandbox canary) stops the
+start at once with that reason; any other 503 is printed after a few seconds and waited
+for. SIGINT/SIGTERM during the start stop it within seconds (children killed after a short
+grace), print what each environment was waiting for, and exit 128 + the signal.
+
 ``spawn_servers`` is also what ``envs bench`` and ``benchmarks/`` use to get a server in a
 separate process.
 """
@@ -74,19 +80,46 @@ async def _pump_output(child: Child, echo: bool) -> None:
                                              f"(exit code {await child.process.wait()}); see its log above"))
 
 
-async def _wait_healthy(url: str, timeout_s: float) -> None:
+# A 503 that lasts this long is printed (once) while the start goes on waiting.
+_SAY_WAITING_AFTER_S = 5.0
+# Children of a start that is abandoned (signal, fatal health) get this long after SIGTERM.
+_ABORT_GRACE_S = 5.0
+
+
+def _fatal_reason(body: str) -> str | None:
+    """The ``fatal`` reason of a 503 /health body (the environment cannot work here), if any."""
+    try:
+        env_check = json.loads(body).get("checks", {}).get("environment", {})
+    except (ValueError, AttributeError):
+        return None
+    fatal = env_check.get("fatal") if isinstance(env_check, dict) else None
+    return str(fatal) if fatal else None
+
+
+async def _wait_healthy(url: str, timeout_s: float, name: str = "", progress: dict[str, str] | None = None,
+                        echo: bool = False) -> None:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    last = "no answer"
+    start = loop.time()
+    deadline = start + timeout_s
+    last, said = "no answer", False
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
         while loop.time() < deadline:
             try:
                 async with http.get(url + "/health") as r:
                     if r.status == 200:
                         return
-                    last = f"{r.status} {await r.text()}"
+                    body = await r.text()
+                    fatal = _fatal_reason(body) if r.status == 503 else None
+                    if fatal:
+                        raise ServeError(f"{name or url}: /health 503, cannot work here: {fatal}")
+                    last = f"{r.status} {body}"
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = repr(exc)
+            if progress is not None:
+                progress[name] = f"waiting for {url}/health to answer 200 (last: {last[:300]})"
+            if echo and not said and loop.time() - start > _SAY_WAITING_AFTER_S:
+                said = True
+                print(f"envs serve: {name or url} not ready yet: /health {last[:500]}", file=sys.stderr, flush=True)
             await asyncio.sleep(0.1)
     raise ServeError(f"{url}/health did not answer 200 within {timeout_s:g}s: {last[:500]}")
 
@@ -94,10 +127,15 @@ async def _wait_healthy(url: str, timeout_s: float) -> None:
 async def spawn_servers(names: list[str], *, host: str = "127.0.0.1", port: int | None = None,
                         config_file: str | None = None, overrides: list[str] | None = None,
                         ready_timeout_s: float = 180.0, echo_output: bool = True,
-                        log_level: str = "WARNING") -> list[Child]:
-    """Start one server process per name; return when all answer ``/health`` 200."""
+                        log_level: str = "WARNING", progress: dict[str, str] | None = None) -> list[Child]:
+    """Start one server process per name; return when all answer ``/health`` 200.
+
+    ``progress`` (optional) is kept up to date with what each environment is waiting for.
+    A ``fatal`` 503 raises :class:`ServeError` at once; on any failure or cancellation every
+    child is stopped (SIGKILL after a few seconds) before this returns."""
     per_env = split_overrides(names, overrides or [])
     children: list[Child] = []
+    progress = progress if progress is not None else {}
     try:
         for i, name in enumerate(names):
             # Overrides right after the name: argparse does not take positionals after options.
@@ -109,15 +147,17 @@ async def spawn_servers(names: list[str], *, host: str = "127.0.0.1", port: int 
             child = Child(name, process)
             child.output_task = asyncio.create_task(_pump_output(child, echo_output))
             children.append(child)
+            progress[name] = "starting (set-up and start-up checks; no address yet)"
         for child in children:
             try:
                 info = await asyncio.wait_for(asyncio.shield(child.ready), ready_timeout_s)
             except asyncio.TimeoutError:
                 raise ServeError(f"{child.name}: not ready after {ready_timeout_s:g}s") from None
             child.url = info["url"]
-            await _wait_healthy(child.url, ready_timeout_s)
+            await _wait_healthy(child.url, ready_timeout_s, child.name, progress, echo_output)
+            progress[child.name] = f"ready at {child.url}"
     except BaseException:
-        await stop_servers(children)
+        await stop_servers(children, timeout_s=_ABORT_GRACE_S)
         raise
     return children
 
@@ -151,12 +191,34 @@ def _print_table(children: list[Child]) -> None:
 async def serve_main(names: list[str], *, host: str, port: int | None, config_file: str | None,
                      overrides: list[str], ready_file: str | None) -> int:
     stop = asyncio.Event()
+    received: list[int] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: int) -> None:
+        received.append(sig)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
+    progress: dict[str, str] = {}
+    starting = asyncio.create_task(spawn_servers(names, host=host, port=port, config_file=config_file,
+                                                 overrides=overrides, progress=progress))
+    stop_task = asyncio.create_task(stop.wait())
+    await asyncio.wait([starting, stop_task], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        # A signal during the start (a server that never becomes healthy included): stop now.
+        sig = received[0]
+        print(f"envs serve: {signal.Signals(sig).name} received while starting; stopping. Where each "
+              "environment was:", file=sys.stderr, flush=True)
+        for name in names:
+            print(f"  {name}: {progress.get(name, 'not started')}", file=sys.stderr, flush=True)
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        return 128 + sig
     try:
-        children = await spawn_servers(names, host=host, port=port, config_file=config_file, overrides=overrides)
+        children = starting.result()
     except ServeError as exc:
+        stop_task.cancel()
         print(f"envs serve: {exc}", file=sys.stderr)
         return 1
     ready = {"urls": {c.name: c.url for c in children}, "pid": os.getpid(),
@@ -171,7 +233,6 @@ async def serve_main(names: list[str], *, host: str, port: int | None, config_fi
         tmp.replace(ready_file)
 
     waits = {asyncio.create_task(c.process.wait()): c for c in children}
-    stop_task = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([stop_task, *waits], return_when=asyncio.FIRST_COMPLETED)
     died = [waits[t] for t in done if t in waits]
     for child in died:

@@ -11,15 +11,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sandboxes import SandboxError, SandboxSpec
+from sandboxes import Limits, SandboxError, SandboxSpec
 from sandboxes.base import Sandbox
-from sandboxes.env_support import SandboxConfig, SandboxedEnvironment
+from sandboxes.env_support import CanaryFailed, SandboxConfig, SandboxedEnvironment
 from sandboxes.pool import SandboxPool
 from servers.environment import EnvConfig, Environment, Verdict
-from servers.wire import FailureClass, ResponseObject, RowModel
+from servers.wire import FailureClass, ResponseObject, RowModel, response_from_text
 
 from .extract import extract_code
-from .runner import HarnessFailed, RunSettings, run_submission
+from .runner import HarnessFailed, RunSettings, exec_limits, run_submission
+
+# The start-up canary: one correct solution scored through verify() (harness, interpreter,
+# limits, pool: the path every request takes), which must give reward 1.
+CANARY_ROW = {"responses_create_params": {"input": [{"role": "user", "content": "start-up canary"}]},
+              "verifier_metadata": {"unit_tests": {"inputs": ["20\n"], "outputs": ["42"]}}}
+CANARY_ANSWER = "```python\nprint(int(input()) + 22)\n```"
 
 
 class UnitTests(BaseModel):
@@ -93,6 +99,18 @@ class CodeEnv(SandboxedEnvironment, Environment):
         if self.pool is not None:
             await self.pool.close()
         await super().close()
+
+    def sandbox_run_limits(self) -> Limits:
+        return exec_limits(self.settings(), ["1\n"])
+
+    async def sandbox_canary(self) -> str:
+        verdict = await self.verify(CodeRow.model_validate(CANARY_ROW),
+                                    ResponseObject.model_validate(response_from_text(CANARY_ANSWER)), None)
+        if verdict.failure_class is not None or verdict.reward != 1.0:
+            failure = getattr(verdict.failure_class, "value", verdict.failure_class)
+            raise CanaryFailed(f"a correct solution scored {verdict.reward} "
+                               f"({failure}: {verdict.failure_detail or verdict.extras.get('tests')})")
+        return "a correct solution scored 1 through verify"
 
     def settings(self) -> RunSettings:
         cfg = self.config

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,7 +75,8 @@ class MathPythonRow(RowModel):
 
 
 class MathPythonConfig(SandboxLimitsConfig, EnvConfig):
-    python: str | None = Field(None, description="Interpreter inside the sandbox; null = the server's own.")
+    python: str | None = Field(None, description="Interpreter inside the sandbox; null = the sandbox's own "
+                               "(process backend: the server's, bound read-only at its resolved path).")
     call_timeout_s: float = Field(20.0, gt=0, description="Wall-clock limit of one tool call (replay mode: replay + new cell).")
     memory_mb: int = Field(2048, ge=128, description="Address-space limit of a call (numpy/scipy/pandas need room).")
     max_processes: int = Field(32, ge=4, description="Processes a cell may run at once.")
@@ -184,7 +184,7 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
 
     async def _start_kernel(self, session: Session) -> SandboxProcess:
         cfg = self.config
-        proc = await session.sandbox.start_process([cfg.python or sys.executable, "-I", "-c", KERNEL_SOURCE, "--repl"],
+        proc = await session.sandbox.start_process([cfg.python or session.sandbox.python, "-I", "-c", KERNEL_SOURCE, "--repl"],
                                                    limits=self._kernel_limits())
         ready = await proc.read_until(KERNEL_READY, timeout=cfg.kernel_start_timeout_s)
         if not ready.found:
@@ -274,7 +274,7 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
         marker = f"\n[verigym kernel {secrets.token_hex(8)} done]"
         job = json.dumps({"history": session.history, "cell": args.code, "marker": marker}).encode()
         try:
-            result = await session.sandbox.exec([cfg.python or sys.executable, "-I", "-c", KERNEL_SOURCE],
+            result = await session.sandbox.exec([cfg.python or session.sandbox.python, "-I", "-c", KERNEL_SOURCE],
                                                 stdin=job, timeout=cfg.call_timeout_s, limits=self._limits())
         except SandboxError as exc:
             raise ToolError(f"the Python sandbox failed (not your code): {exc}") from exc

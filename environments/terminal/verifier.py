@@ -21,9 +21,9 @@ from pydantic import BaseModel, Field, field_validator
 
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxPathError, SandboxSpec
 from sandboxes.base import Sandbox, SandboxProcess
-from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
+from sandboxes.env_support import CanaryFailed, SandboxedEnvironment, SandboxLimitsConfig
 from servers.environment import EnvConfig, Environment, SessionError, ToolError, Verdict, tool
-from servers.wire import FailureClass, ResponseObject, RowModel
+from servers.wire import FailureClass, ResponseObject, RowModel, response_from_text
 
 
 class TerminalRow(RowModel):
@@ -128,6 +128,24 @@ class TerminalEnv(SandboxedEnvironment, Environment):
 
     def _limits(self, wall_s: float) -> Limits:
         return self.config.limits(wall_s)
+
+    def sandbox_run_limits(self) -> Limits:
+        return self._limits(self.config.command_timeout_s)
+
+    async def sandbox_canary(self) -> str:
+        """A session, one /exec command and the check: what every rollout goes through."""
+        row = {"responses_create_params": {"input": [{"role": "user", "content": "start-up canary"}]},
+               "setup_files": {"in.txt": "6 7\n"}, "check_command": "test \"$(cat out.txt)\" = 42"}
+        session = await self.seed_session(row)
+        try:
+            await self.exec(session, ExecArgs(command="set -- $(cat in.txt); echo $(($1 * $2)) > out.txt"))
+            verdict = await self.verify(TerminalRow.model_validate(row),
+                                        ResponseObject.model_validate(response_from_text("done")), session)
+        finally:
+            await self.close_session(session)
+        if verdict.failure_class is not None or verdict.reward != 1.0:
+            raise CanaryFailed(f"a solved task scored {verdict.reward} ({verdict.failure_detail or verdict.extras})")
+        return "a shell command and the check ran in a session sandbox"
 
     async def _prepared(self, row: TerminalRow) -> Sandbox:
         """A sandbox with the row's setup done. SessionError = the row's setup is broken."""
