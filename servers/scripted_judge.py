@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import time
 from collections import deque
 from contextlib import asynccontextmanager
@@ -204,21 +205,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m servers.scripted_judge", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, help="rules YAML (see the module docstring); none = empty replies")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="0 = a free port (the printed URL says which)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before every answer")
+    parser.add_argument("--reply", help="the reply when no rule matches (overrides the table's default)")
     args = parser.parse_args(argv)
     judge = ScriptedJudge.from_table(args.table) if args.table else ScriptedJudge()
+    if args.reply is not None:
+        judge.default_reply = args.reply
     judge.latency_s = args.latency_ms / 1000
 
     async def serve() -> None:
-        url = await judge.start(args.host, args.port)
-        print(f"scripted judge on {url} (chat/completions, responses, models); Ctrl-C stops it", flush=True)
-        await asyncio.Event().wait()
+        await judge.start(args.host, args.port)
+        print(f"scripted judge on http://{args.host}:{judge.port}/v1 (chat/completions, responses, models); "
+              "Ctrl-C stops it", flush=True)
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await judge.stop()
 
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
+    from servers.app import run_event_loop  # uvloop when installed, like the environment servers
+
+    run_event_loop(serve())
     return 0
 
 

@@ -142,11 +142,14 @@ async def test_cache_answers_identical_requests_and_coalesces_concurrent_ones(sc
 
 
 async def test_cache_off_calls_every_time(scripted):
+    scripted.latency_s = 0.05
     judges = judges_for(scripted, cache_size=0)
     try:
         await ask(judges, "is the sky blue?")
         await ask(judges, "is the sky blue?")
         assert scripted.requests == 2
+        await asyncio.gather(*(ask(judges, "is the sky blue?") for _ in range(3)))  # no joining in flight either
+        assert scripted.requests == 5
     finally:
         await judges.close()
 

@@ -84,7 +84,8 @@ class Judge:
         key = hashlib.blake2b(orjson.dumps([self.cfg.api, body], option=orjson.OPT_SORT_KEYS),
                               digest_size=16).hexdigest()
         text = self.cache.get(key)
-        if text is None and key in self._in_flight:
+        # cache_size 0 turns off both reuses: the cache and joining an identical call in flight.
+        if text is None and self.cache.size > 0 and key in self._in_flight:
             try:
                 text = await asyncio.shield(self._in_flight[key])
             except JudgeError:
@@ -100,7 +101,8 @@ class Judge:
         # The call runs as its own task so that a caller cancelled (its /verify deadline) does
         # not cancel it for the identical requests that joined it.
         future: asyncio.Future[str] = asyncio.ensure_future(self._fetch_parsed(body, parse))
-        self._in_flight[key] = future
+        if self.cache.size > 0:
+            self._in_flight[key] = future
         future.add_done_callback(lambda f, k=key: self._settle(k, f))
         try:
             text = await asyncio.shield(future)

@@ -38,7 +38,8 @@ class JudgeConfig(BaseModel):
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Merged into every request body (e.g. chat_template_kwargs for vLLM).")
     cache_size: int = Field(
-        65536, ge=0, description="Identical judge requests answered from an LRU cache of this many replies; 0 = off.")
+        65536, ge=0, description="Identical judge requests answered from an LRU cache of this many replies, or by "
+                                 "joining the identical call in flight; 0 = both off.")
     breaker_failures: int = Field(
         5, ge=1, description="Consecutive failed calls (connection error, timeout, 5xx) that open the circuit breaker.")
     breaker_reset_s: float = Field(
