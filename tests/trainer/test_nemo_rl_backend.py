@@ -201,3 +201,36 @@ def test_verigym_remote_process_lives_with_the_server_and_exits_when_it_dies(tmp
     finally:
         watcher.kill()
     assert "failed 3 health checks in a row" in watcher.stderr.read()
+
+
+def test_job_spec_renders_through_the_launch_module(tmp_path):
+    """The trainer step: fill the Gym config from the gate's fleet file, then NeMo-RL's runner;
+    the job asks for NeMo-RL's nodes plus the profile's fleet-only nodes."""
+    from trainer.launch.job_script import render_job_script
+    from trainer.launch.profiles import load_profile
+    from trainer.nemo_rl.backend import job_spec
+
+    env_toml = tmp_path / "env.toml"
+    env_toml.write_text('[cl]\nexecutor = "slurm"\naccount = "a"\npartition = "p"\nnodes = 2\ngpus_per_node = 8\n'
+                        'time = "01:00:00"\n')
+    profile, wandb, _ = load_profile("cl", env_toml)
+    plan = build_plan("rlvr", [f"logger.log_dir={tmp_path / 'run'}"], load_blend("tiny"), tmp_path / "data")
+    spec = job_spec(plan.job, "nemo-rl-test", tmp_path / "job", fleet_nodes=2)
+    assert spec.nodes == 111 and spec.fleet.envs == tuple(e.name for e in plan.envs)
+    script = render_job_script(profile, spec, attached=False, wandb=wandb)
+    assert "#SBATCH --nodes=111" in script
+    trainer_line = next(line for line in script.splitlines() if line.startswith("step trainer"))
+    assert '--fleet "$VERIGYM_FLEET_FILE"' in trainer_line
+    assert "cd /opt/nemo-rl && uv run python examples/nemo_gym/run_grpo_nemo_gym.py --config" in trainer_line
+    assert "export NEMO_GYM_EXTRA_ROOTS=" in script
+
+
+def test_fleet_file_from_the_readiness_gate_uses_the_first_replica(tmp_path):
+    from trainer.nemo_rl.gym_config import read_fleet_addresses
+
+    report = tmp_path / "fleet.json"
+    report.write_text(json.dumps({"math": ["http://10.0.0.1:4001", "http://10.0.0.2:4002"], "mcqa": "http://h:5"}))
+    assert read_fleet_addresses(report) == {"math": "http://10.0.0.1:4001", "mcqa": "http://h:5"}
+    report.write_text(json.dumps({"math": [3]}))
+    with pytest.raises(FleetAddressError, match="expected a URL"):
+        read_fleet_addresses(report)

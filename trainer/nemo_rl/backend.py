@@ -7,14 +7,13 @@ NeMo-Gym config for the fleet, and the trainer part of the job script.
 Written under ``<logger.log_dir>/nemo_rl/``: ``grpo.yaml`` (passed to NeMo-RL's Gym GRPO runner),
 ``nemo_gym_fleet.template.yaml`` (filled with the fleet's reported addresses at job time),
 ``plan.txt``. Every key of ``grpo.yaml`` is checked against NeMo-RL's recorded schema first.
-The launch module renders the job script from :class:`TrainerJob` (Ray over the allocation,
-the fleet, its readiness gate, then ``prepare`` and ``command``).
+The launch module (trainer/launch) renders the job script from :func:`job_spec`: Ray over the
+allocation, the fleet, its readiness gate, then ``prepare`` and ``command`` as the trainer step.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -203,14 +202,21 @@ def write_files(plan: NemoRLPlan) -> None:
     (plan.out_dir / "plan.txt").write_text(format_plan(plan, script=None) + "\n")
 
 
-def job_script(job: TrainerJob, profile: str | None) -> str | None:
-    """The launch module's rendering of the whole job script, or None when it is not installed."""
-    try:
-        launch = importlib.import_module("trainer.launch")
-    except ModuleNotFoundError:
-        return None
-    render = getattr(launch, "render_job_script", None)
-    return render(job=job, profile=profile) if render else None
+def job_spec(job: TrainerJob, name: str, job_dir: Path, fleet_nodes: int = 0) -> Any:
+    """The launch module's JobSpec (trainer/launch/job_script.py) for this trainer.
+
+    NeMo-RL sizes its cluster from ``cluster.num_nodes``, which must be the Ray nodes: the job asks
+    for those plus the profile's ``fleet_nodes`` (environment servers only). The trainer step fills
+    the fleet's addresses (``$VERIGYM_FLEET_FILE``, written by the readiness gate) into the Gym
+    config, then starts NeMo-RL's Gym GRPO runner."""
+    from trainer.launch.job_script import FleetSpec, JobSpec
+
+    script = " && ".join([*(shlex.join(c).replace(shlex.quote(FLEET_FILE_SLOT), '"$VERIGYM_FLEET_FILE"')
+                             for c in job.prepare),
+                          f"cd {shlex.quote(job.workdir)}", shlex.join(job.command)])
+    return JobSpec(name=name, job_dir=job_dir.resolve(), trainer_command=("bash", "-c", script),
+                   fleet=FleetSpec(envs=tuple(job.envs)), env=dict(job.env), workdir=Path.cwd(),
+                   nodes=(job.roles.total if job.roles else 1) + fleet_nodes, python="python3")
 
 
 def format_plan(plan: NemoRLPlan, script: str | None) -> str:

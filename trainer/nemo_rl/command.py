@@ -13,7 +13,7 @@ PRESETS = ("rlvr", "swe1", "swe2", "rlhf")
 
 def run_nemo_rl(args: argparse.Namespace) -> int:
     from trainer.blends import BlendError, load_blend
-    from trainer.nemo_rl.backend import build_plan, format_plan, job_script, write_files
+    from trainer.nemo_rl.backend import build_plan, format_plan, job_spec, write_files
     from trainer.nemo_rl.schema import SchemaError
 
     if args.config == "tiny":
@@ -30,28 +30,43 @@ def run_nemo_rl(args: argparse.Namespace) -> int:
     except (ConfigError, BlendError, SchemaError) as exc:
         print(f"driver run: {exc}", file=sys.stderr)
         return 2
-    profile = getattr(args, "run", None) or getattr(args, "batch", None)
+    profile_name = getattr(args, "run", None) or getattr(args, "batch", None)
+    attached = bool(getattr(args, "run", None))
     write_files(plan)
-    script = job_script(plan.job, profile)
+    profile = wandb = None
+    script = None
+    if profile_name:
+        from trainer.launch.job_script import render_job_script
+        from trainer.launch.profiles import ProfileError, SlurmProfile, load_profile
+
+        try:
+            profile, wandb, _ = load_profile(profile_name, getattr(args, "env_file", None))
+            fleet_nodes = profile.fleet_nodes if isinstance(profile, SlurmProfile) else 0
+            spec = job_spec(plan.job, f"verigym-nemo-rl-{blend.name}", plan.out_dir / "job", fleet_nodes)
+            script = render_job_script(profile, spec, attached=attached, wandb=wandb)
+        except (ProfileError, ValueError) as exc:
+            print(f"driver run: {exc}", file=sys.stderr)
+            return 2
     if args.dry_run:
         print(format_plan(plan, script))
         if script is None:
-            print("job script: not rendered (the launch module trainer/launch has no render_job_script in this "
-                  "checkout); the trainer part above is what it runs")
+            print("job script: pass --run PROFILE or --batch PROFILE (env.toml) to see the script for that profile")
         print(f"dry run: files written to {plan.out_dir}; nothing submitted")
         return 0
     problems = list(plan.warnings)
-    if not profile:
+    if not profile_name:
         problems.append("submitting needs a profile: --run PROFILE (attached) or --batch PROFILE (detached), "
                         "from env.toml; or --dry-run to only write the files")
-    if script is None:
-        problems.append("the launch module (trainer/launch render_job_script) is not installed in this checkout")
     if problems:
         print(format_plan(plan, script))
         for p in problems:
             print(f"driver run: cannot submit: {p}", file=sys.stderr)
         return 2
-    from trainer import launch  # the launch module submits (attached or detached) and streams logs
+    from trainer.launch.submit import LaunchError, launch
 
-    return int(launch.submit(job=plan.job, profile=profile, script=script,  # type: ignore[attr-defined]
-                             attached=bool(getattr(args, "run", None))))
+    print(format_plan(plan, None), flush=True)
+    try:
+        return launch(profile, spec, attached=attached, wandb=wandb)
+    except LaunchError as exc:
+        print(f"driver run: {exc}", file=sys.stderr)
+        return 2

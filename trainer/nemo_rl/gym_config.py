@@ -70,15 +70,23 @@ class FleetAddressError(ValueError):
 
 
 def read_fleet_addresses(path: Path) -> dict[str, str]:
-    """``{"math": "http://host:port", ...}`` from the fleet's report: a JSON object mapping env to
-    URL, or ``{"servers": {...}}``, or ``{"servers": [{"env": .., "url": ..}, ...]}``."""
+    """``{"math": "http://host:port", ...}`` from the fleet's report: env -> URL or [URL, ...]
+    (the launch module's gate), or ``{"servers": {...}}``, or ``{"servers": [{"env": .., "url": ..}]}``."""
     data = json.loads(path.read_text())
     servers = data.get("servers", data) if isinstance(data, dict) else data
     if isinstance(servers, list):
         servers = {s["env"]: s["url"] for s in servers}
-    if not isinstance(servers, dict) or not all(isinstance(v, str) for v in servers.values()):
+    if not isinstance(servers, dict):
         raise FleetAddressError(f"{path}: expected env -> URL mapping, got {str(data)[:200]}")
-    return servers
+    out = {}
+    for env, urls in servers.items():
+        # the launch module's gate writes {env: [url, ...]} (one per fleet node). A Gym instance has
+        # one host:port, so Gym's agents use the first replica.
+        url = urls[0] if isinstance(urls, list) and urls else urls
+        if not isinstance(url, str):
+            raise FleetAddressError(f"{path}: environment {env!r}: expected a URL or a list of URLs, got {urls!r}")
+        out[env] = url
+    return out
 
 
 def fill_addresses(template: dict[str, Any], addresses: dict[str, str]) -> dict[str, Any]:
