@@ -35,6 +35,14 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--backend", choices=["local", "nemo-rl"], default="local",
                    help="local: the built-in engine; nemo-rl: write NeMo-RL's GRPO + NeMo-Gym configs and the job "
                         "(with a stage preset: -c rlvr|swe1|swe2|rlhf, or their _small/_test variants)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--run", metavar="PROFILE", help="submit as a job on env.toml's PROFILE and wait: stream the log, "
+                                                       "exit with the job's status (docs/cluster.md)")
+    where.add_argument("--batch", metavar="PROFILE", help="submit as a job on PROFILE and return: prints the job id and the log path")
+    p.add_argument("--env-file", metavar="PATH", help="the profiles (default: $VERIGYM_ENV_FILE, else env.toml in the "
+                                                      "current folder or a parent)")
+    p.add_argument("--fleet-file", metavar="PATH", help="JSON {env: url or [urls]} of running environment servers (a job's "
+                                                        "readiness gate writes it); used instead of starting them")
     p.set_defaults(func=cmd_run)
 
 
@@ -111,6 +119,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (ConfigError, BlendError, DataPrepError) as exc:
         print(f"driver run: {exc}", file=sys.stderr)
         return 2
+    if args.fleet_file:
+        cfg.env.urls = json.loads(Path(args.fleet_file).read_text())
+    if args.run or args.batch:  # the same run as a job on a cluster profile (trainer/launch)
+        from trainer.launch.engine_job import run_engine_on_profile
+        from trainer.launch.profiles import ProfileError
+        from trainer.launch.submit import LaunchError
+
+        if args.dry_run:
+            print(to_yaml(cfg) + "# plan\n" + plan(cfg, envs, len(train), len(val)))
+        try:
+            return run_engine_on_profile(args, cfg, envs)
+        except (ProfileError, LaunchError) as exc:
+            print(f"driver run: {exc}", file=sys.stderr)
+            return 2
     if args.dry_run:
         print(to_yaml(cfg))
         print("# plan\n" + plan(cfg, envs, len(train), len(val)))

@@ -27,7 +27,9 @@ def init_ray(cfg: MasterConfig) -> bool:
     if cfg.cluster.ray_address:
         ray.init(address=cfg.cluster.ray_address, runtime_env=env, log_to_driver=False)
     else:
-        ray.init(num_cpus=cfg.cluster.num_cpus or max(os.cpu_count() or 2, 4), include_dashboard=False,
+        # address="local": a new Ray of our own, even when RAY_ADDRESS is set or another Ray runs on
+        # this machine (plain ray.init() would join that one and refuse num_cpus)
+        ray.init(address="local", num_cpus=cfg.cluster.num_cpus or max(os.cpu_count() or 2, 4), include_dashboard=False,
                  runtime_env=env, log_to_driver=False, configure_logging=False)
     return True
 

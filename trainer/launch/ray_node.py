@@ -28,6 +28,12 @@ def _ray_start_argv(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats", *args]
 
 
+def default_num_cpus() -> int:
+    """The CPUs this process may use, at least 4: the built-in engine asks one CPU per trainer and
+    generator actor and lets torch threads decide real use, as its local Ray does (trainer/grpo/actors.py)."""
+    return max(len(os.sched_getaffinity(0)), 4)
+
+
 def _resources(text: str | None) -> list[str]:
     if not text:
         return []
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(role)
         p.add_argument("--temp-dir", type=Path, required=True, help="this node's Ray folder (short: socket paths)")
         p.add_argument("--resources", help='custom resources as JSON, e.g. {"verigym_generator": 1}')
-        p.add_argument("--num-cpus", type=int)
+        p.add_argument("--num-cpus", type=int, help="logical CPUs Ray schedules on (default: this node's, at least 4)")
         p.add_argument("--stop-file", type=Path, help="stop this node (SIGTERM to ray start) when this file appears")
         if role == "head":
             p.add_argument("--address-file", type=Path, required=True, help="where the bound head address is written")
@@ -95,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.role == "wait":
         return wait_for_nodes(args.nodes, args.timeout)
-    extra = _resources(args.resources) + ([f"--num-cpus={args.num_cpus}"] if args.num_cpus is not None else [])
+    extra = _resources(args.resources) + [f"--num-cpus={args.num_cpus if args.num_cpus is not None else default_num_cpus()}"]
     if args.role == "head":
         return head(args.temp_dir, args.address_file, args.stop_file, extra)
     return worker(args.address, args.temp_dir, args.stop_file, extra)
