@@ -184,6 +184,10 @@ class ClusterConfig(_Section):
     weight_transport: Literal["auto", "shm", "ray"] = "auto"  # verigym: auto = shm locally, ray on a cluster
     control_timeout_s: float = Field(120.0, gt=0)  # verigym: every control call (sync, train, save) is bounded
     torch_threads_per_actor: int = Field(1, ge=1)  # verigym
+    # verigym: Ray custom resources each actor asks for, to pin it to the nodes that offer them
+    # (`ray start --resources='{"verigym_trainer": 1}'`); empty = anywhere (SPREAD on a cluster)
+    trainer_resources: dict[str, float] = Field(default_factory=dict)
+    generator_resources: dict[str, float] = Field(default_factory=dict)  # each generator asks for this much
 
 
 class MasterConfig(_Section):

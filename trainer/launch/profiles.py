@@ -167,7 +167,8 @@ def _error(path: Path, section: str, exc: ValidationError, model: type[BaseModel
             if key in _NOT_SUPPORTED:
                 lines.append(f"{key!r} is not supported: {_NOT_SUPPORTED[key]}")
                 continue
-            valid = [f.alias or n for n, f in model.model_fields.items()] + (["extends"] if section != "wandb" else [])
+            valid = [n for n in model.model_fields] + [f.alias for f in model.model_fields.values() if f.alias]
+            valid += ["extends"] if section != "wandb" else []
             close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
             lines.append(f"unknown key {key!r}: " + (f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"))
         else:
