@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servers.judge import Judge, find_label, judge_messages
+from servers.judge import Judge, check_prompt_template, find_label, judge_messages
 
 # NeMo-Gym's prompt_templates/equivalence_llm_judge.txt (STEM grader, [[A=B]] / [[A!=B]]).
 DEFAULT_PROMPT = """===== System role =====
@@ -91,7 +91,17 @@ GOLD:
 CANDIDATE:
 {generated_answer}"""
 
-PLACEHOLDERS = {"question": "q", "expected_answer": "e", "generated_answer": "g"}
+PLACEHOLDERS = ("question", "expected_answer", "generated_answer")
+
+
+def check_regex(value: str | None, what: str = "regex") -> str | None:
+    """``value`` unchanged when it compiles; else a ValueError naming ``what`` (422 for a row, a config error)."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{what} is not a valid regular expression: {exc}") from None
+    return value
 
 
 class EquivalenceSettings(BaseModel):
@@ -125,22 +135,12 @@ class EquivalenceSettings(BaseModel):
     @field_validator("question_extract_regex", "response_extract_regex")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from None
-        return value
+        return check_regex(value)
 
     @field_validator("judge_prompt_template")
     @classmethod
     def _placeholders(cls, value: str) -> str:
-        try:
-            value.format(**PLACEHOLDERS)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(f"the template must use only {{question}} {{expected_answer}} {{generated_answer}} "
-                             f"(literal braces doubled): {type(exc).__name__}: {exc}") from None
-        return value
+        return check_prompt_template(value, PLACEHOLDERS)
 
     @model_validator(mode="after")
     def _distinct_labels(self) -> "EquivalenceSettings":

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from environments.equivalence_llm_judge.equivalence import EquivalenceSettings, judge_equivalence, question_of
+from environments.equivalence_llm_judge.equivalence import (
+    EquivalenceSettings, check_regex, judge_equivalence, question_of,
+)
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.judge import JudgedConfig, JudgedEnvironment, final_answer
 from servers.wire import ResponseObject, RowModel
@@ -32,12 +33,7 @@ class EquivalenceRow(RowModel):
             self.expected_answer = str(self.metadata["expected_answer"])
         if self.expected_answer is None or not self.expected_answer.strip():
             raise ValueError("the row needs a non-empty 'expected_answer' (or metadata.expected_answer)")
-        regex = self.output_regex
-        if regex is not None:
-            try:
-                re.compile(regex)
-            except re.error as exc:
-                raise ValueError(f"template_metadata.output_regex is not a valid regular expression: {exc}") from None
+        check_regex(self.output_regex, "template_metadata.output_regex")
         return self
 
     @property

@@ -21,10 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from environments.multichallenge.verifier import aggregate
 from servers.environment import EnvConfig, Environment, Verdict
-from servers.judge import JudgedConfig, JudgedEnvironment, final_answer, judge_messages, last_user_text
+from servers.judge import (
+    JudgedConfig, JudgedEnvironment, check_prompt_template, final_answer, judge_messages, last_user_text,
+)
 from servers.wire import ResponseObject, RowModel
 
-PLACEHOLDERS = {"prompt": "p", "model_response": "m", "standard_response": "s", "criteria": "c"}
+PLACEHOLDERS = ("prompt", "model_response", "standard_response", "criteria")
 
 # NeMo-Gym's configs/inverse_if.yaml fallbacks (used by tasks that carry no prompt of their own).
 DEFAULT_TEMPLATE = """## Question
@@ -72,15 +74,6 @@ Output:
 Remember, you must be very strict when grading the student's answer. Award it with PASS only if you are fully satisfied."""
 
 
-def check_template(template: str) -> str:
-    try:
-        template.format(**PLACEHOLDERS)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ValueError(f"judge prompt template must use only {{prompt}} {{model_response}} {{standard_response}} "
-                         f"{{criteria}} (literal braces doubled): {type(exc).__name__}: {exc}") from None
-    return template
-
-
 class Criterion(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -109,7 +102,7 @@ class InverseIFRow(RowModel):
         if not self.rubric:
             raise ValueError("the row needs a non-empty 'rubric' (list of {id, criteria}), or metadata.rubric")
         if self.judge_prompt_template:
-            check_template(self.judge_prompt_template)
+            check_prompt_template(self.judge_prompt_template, PLACEHOLDERS)
         return self
 
 
@@ -122,7 +115,7 @@ class InverseIFConfig(JudgedConfig, EnvConfig):
 
     @model_validator(mode="after")
     def _template_ok(self) -> "InverseIFConfig":
-        check_template(self.default_judge_prompt_template)
+        check_prompt_template(self.default_judge_prompt_template, PLACEHOLDERS)
         return self
 
 

@@ -19,12 +19,13 @@ the ``lc_judge`` config key; the judge is ``judges.judge``. Only these rows call
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Iterator, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from environments.equivalence_llm_judge.equivalence import EquivalenceSettings, judge_equivalence, question_of
+from environments.equivalence_llm_judge.equivalence import (
+    EquivalenceSettings, check_regex, judge_equivalence, question_of,
+)
 from environments.long_context import scoring
 from environments.long_context.synthetic import generate_rows
 from servers.environment import EnvConfig, Environment, Verdict
@@ -96,12 +97,7 @@ class LongContextRow(RowModel):
             if not (self.expected_answer or "").strip():
                 raise ValueError("an lc_judge row (metric 'judge' / lc_judge_simple_agent) needs a non-empty "
                                  "free-text 'expected_answer'")
-            if self.output_regex is not None:
-                try:
-                    re.compile(self.output_regex)
-                except re.error as exc:
-                    raise ValueError(f"template_metadata.output_regex is not a valid regular expression: {exc}") \
-                        from None
+            check_regex(self.output_regex, "template_metadata.output_regex")
             return self
         given = [n for n in ("outputs", "expected_answer", "answers") if getattr(self, n) is not None]
         if len(given) != 1:

@@ -42,7 +42,7 @@ an environment)::
 from servers.judge.client import Judge, JudgeAnswer, JudgeError, JudgeSet
 from servers.judge.config import JudgeConfig, JudgedConfig
 from servers.judge.env_support import JudgedEnvironment, final_answer, judge_messages, last_user_text
-from servers.judge.protocol import Message, find_label, find_regex, strip_think
+from servers.judge.protocol import Message, check_prompt_template, find_label, find_regex, strip_think
 
 __all__ = ["Judge", "JudgeAnswer", "JudgeConfig", "JudgeError", "JudgeSet", "JudgedConfig", "JudgedEnvironment",
-           "Message", "final_answer", "find_label", "find_regex", "judge_messages", "last_user_text", "strip_think"]
+           "Message", "check_prompt_template", "final_answer", "find_label", "find_regex", "judge_messages", "last_user_text", "strip_think"]

@@ -8,7 +8,7 @@ environments share.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, TypeVar
+from typing import Any, Iterable, Mapping, TypeVar
 
 from servers.judge.config import JudgeConfig
 
@@ -99,6 +99,19 @@ def find_label(text: str, labels: Mapping[str, T]) -> T | None:
             best_pos, best = pos, labels[label]
         masked = masked.replace(label, "\0" * len(label))
     return best if best_pos >= 0 else None
+
+
+def check_prompt_template(template: str, placeholders: Iterable[str]) -> str:
+    """``template`` unchanged when ``str.format`` fills it with these placeholders alone; else a
+    ValueError naming them, so a bad judge prompt (config or row) fails at load, not per call."""
+    names = list(placeholders)
+    try:
+        template.format(**{name: "" for name in names})
+    except (KeyError, IndexError, ValueError) as exc:
+        wanted = " ".join("{" + n + "}" for n in names)
+        raise ValueError(f"the judge prompt template may use only {wanted} (write literal braces as {{{{ }}}}): "
+                         f"{type(exc).__name__}: {exc}") from None
+    return template
 
 
 def find_regex(text: str, pattern: re.Pattern[str], values: Mapping[str, T]) -> T | None:
