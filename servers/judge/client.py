@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
 import time
 from collections import OrderedDict
@@ -23,6 +24,7 @@ from servers.judge.protocol import BadJudgeReply, Message, reply_text, request_b
 from servers.metrics import JudgeMetrics, render_judge_metrics
 
 T = TypeVar("T")
+log = logging.getLogger("verigym.judge")
 
 
 class JudgeError(Exception):
@@ -160,12 +162,19 @@ class Judge:
                 breaker.record_neutral()  # a cancelled probe must not hold the half-open slot forever
                 raise
             else:
+                if breaker.opened_at is not None:
+                    log.warning("judge %r at %s answers again: circuit closed", self.name, self.endpoint.base_url)
                 breaker.record_success()
                 self.metrics.circuit_open = 0
                 return text
             self.metrics.errors[failure.kind] += 1
             if failure.trips_breaker:
+                was_open = breaker.opened_at is not None
                 breaker.record_failure()
+                if breaker.opened_at is not None and not was_open:
+                    log.warning("judge %r at %s failed %d calls in a row (last: %s); its calls fail fast for %gs, "
+                                "then one probe call decides", self.name, self.endpoint.base_url,
+                                breaker.consecutive, failure, breaker.reset_s)
             else:
                 breaker.record_neutral()
             self.metrics.circuit_open = int(breaker.opened_at is not None)
