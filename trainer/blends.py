@@ -46,6 +46,7 @@ DEFAULT_AGENT_MAP: dict[str, str] = {
     "swe_pivot_simple_agent": "swe",
     "swebench_openhands_agent": "swe",
     "swe_agent": "swe",
+    "swerl_gen_simple_agent": "swe_gen",
     "multichallenge_simple_agent": "multichallenge",
     "equivalence_llm_judge_simple_agent": "equivalence_llm_judge",
     "nl2bash_equivalency_simple_agent": "nl2bash_equivalency",

@@ -77,6 +77,7 @@ class Resolution:
     fail_to_pass: dict[str, str] = field(default_factory=dict)
     pass_to_pass: dict[str, str] = field(default_factory=dict)
     reason: str = ""
+    trusted: bool = True  # False: no results in the log, or a clean log from a failing command
 
     @property
     def counts(self) -> dict[str, int]:
@@ -92,9 +93,10 @@ def resolve(statuses: dict[str, str], fail_to_pass: list[str], pass_to_pass: lis
     p2p = {t: statuses.get(t, "MISSING") for t in pass_to_pass}
     out = Resolution(False, f2p, p2p)
     if not statuses:
-        out.reason = "no test results in the log (the test command did not run tests)"
+        out.reason, out.trusted = "no test results in the log (the test command did not run tests)", False
     elif exit_code not in (0, None) and not any(s in (FAILED, ERROR) for s in statuses.values()):
         out.reason = f"the log shows no failure but the test command exited {exit_code}: log not trusted"
+        out.trusted = False
     elif not fail_to_pass and not pass_to_pass:
         out.reason = "the row lists no FAIL_TO_PASS / PASS_TO_PASS tests"
     else:

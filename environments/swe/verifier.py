@@ -19,25 +19,20 @@ import asyncio
 import shlex
 import sys
 import time
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from environments.swe import agent
 from environments.swe.grading import GradeInputs, grade_in_sandbox
-from environments.swe.images import ContainerImages, ImageUnavailable, SifImages, template_vars
+from environments.swe.images import ImageUnavailable, template_vars
+from environments.swe.instances import InstanceSandboxes
 from environments.swe.models import SweConfig, SweRow
 from environments.swe.patches import extract_patch, normalize_patch
 from sandboxes import SandboxError, SandboxSpec
 from sandboxes.base import Sandbox
-from sandboxes.env_support import SandboxedEnvironment
-from sandboxes.pool import SandboxPool
 from servers.environment import Environment, SessionError, ToolError, Verdict, tool
 from servers.wire import FailureClass, ResponseObject
-
-WORKSPACE = "/workspace"  # apptainer: SIF is read-only, the repo is copied to the bound workdir
 
 
 def command_for_tests(row: SweRow, cfg: SweConfig) -> str:
@@ -50,7 +45,7 @@ def command_for_tests(row: SweRow, cfg: SweConfig) -> str:
     return " ".join([base, *(shlex.quote(f) for f in files)])
 
 
-class SweEnvironment(SandboxedEnvironment, Environment):
+class SweEnvironment(InstanceSandboxes, Environment):
     name = "swe"
     domain = "coding"
     summary = "Repository patch graded SWE-bench style in a fresh container (git apply, test patch, FAIL_TO_PASS/PASS_TO_PASS); agent sessions with exec/edit tools"
@@ -58,49 +53,12 @@ class SweEnvironment(SandboxedEnvironment, Environment):
     Row = SweRow
     Config = SweConfig
     stateful = True
-    open_backend_at_setup = False  # the server starts without a container engine; /health says what is missing
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._images: ContainerImages | SifImages | None = None
-        self._pools: dict[str, SandboxPool] = {}
-
-    # ---- dependencies ------------------------------------------------------------------
     @property
     def cfg(self) -> SweConfig:
         return self.config  # type: ignore[return-value]
 
-    @property
-    def images(self) -> ContainerImages | SifImages:
-        if self._images is None:
-            cfg = self.cfg
-            if cfg.sandbox_backend == "apptainer":
-                self._images = SifImages(registries=cfg.registries, binary=cfg.apptainer_binary,
-                                         pull_timeout_s=cfg.pull_timeout_s)
-            else:
-                local = {ref: (self.runtime.folder / path) for ref, path in cfg.local_images.items()}
-                self._images = ContainerImages(base_url=cfg.sandbox_options.get("base_url"), registries=cfg.registries,
-                                               local_images=local, min_free_disk_gb=cfg.min_free_disk_gb,
-                                               pull_timeout_s=cfg.pull_timeout_s, build_timeout_s=cfg.build_timeout_s)
-        return self._images
-
-    async def health(self) -> dict[str, Any]:
-        backend = await super().health()
-        if not backend.get("ok"):
-            backend.setdefault("hint", "the swe env needs a container engine: run scripts/ci_podman.sh "
-                                       "(Podman's Docker API) or set DOCKER_HOST / sandbox_options.base_url")
-        return {"ok": bool(backend.get("ok")), "sandbox_backend": self.cfg.sandbox_backend, "backend": backend,
-                "warm_pools": {ref: {"idle": p.idle, "total": p.total} for ref, p in self._pools.items()}}
-
-    async def close(self) -> None:
-        for pool in self._pools.values():
-            await pool.close()
-        self._pools.clear()
-        await super().close()
-        if self._images is not None:
-            self._images.close()
-
-    # ---- images and sandboxes ----------------------------------------------------------
+    # ---- images and sandboxes (instances.py does the work) ---------------------------------
     def image_for(self, row: SweRow) -> str:
         cfg = self.cfg
         if row.image:
@@ -111,54 +69,13 @@ class SweEnvironment(SandboxedEnvironment, Environment):
     async def ensure_image(self, row: SweRow, *, pull: bool | None = None) -> tuple[str, str]:
         """(image reference, 'present' | 'pulled' | 'built'); raises ImageUnavailable."""
         ref = self.image_for(row)
-        pull = self.cfg.pull_missing_images if pull is None else pull
-        if isinstance(self.images, SifImages):
+        docker_ref = None
+        if self.cfg.sandbox_backend == "apptainer":
             docker_ref = self.cfg.image_template.format(**template_vars(row, self.cfg.image_prefix, self.cfg.sif_dir))
-            state = await self.images.ensure(ref, pull=pull, docker_ref=docker_ref)
-        else:
-            state = await self.images.ensure(ref, pull=pull, build=self.cfg.build_local_images)
-        return ref, state
+        return ref, await self.ensure_image_ref(ref, pull=pull, docker_ref=docker_ref)
 
     def _spec(self, image: str, row: SweRow) -> SandboxSpec:
-        cfg = self.cfg
-        workdir = WORKSPACE if cfg.sandbox_backend == "apptainer" else (row.repo_dir or cfg.repo_dir)
-        limits = replace(cfg.limits(cfg.test_timeout_s), max_file_mb=1024, max_open_files=1024)
-        return SandboxSpec(image=image, workdir=workdir, limits=limits, env=dict(cfg.sandbox_env))
-
-    async def _create(self, spec: SandboxSpec) -> Sandbox:
-        # Shielded: a verify cancelled by its deadline must not leave a container behind.
-        task = asyncio.ensure_future(self.backend.create(spec))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            def cleanup(done: asyncio.Future) -> None:
-                if not done.cancelled() and done.exception() is None:
-                    asyncio.ensure_future(done.result().destroy())
-            task.add_done_callback(cleanup)
-            raise
-
-    async def prime(self, sandbox: Sandbox, row: SweRow) -> str:
-        """Where the repository is in this sandbox (apptainer: copy it to the writable workdir)."""
-        repo_dir = row.repo_dir or self.cfg.repo_dir
-        if self.cfg.sandbox_backend != "apptainer":
-            return repo_dir
-        copied = await sandbox.exec(["cp", "-a", f"{repo_dir}/.", WORKSPACE], timeout=self.cfg.apply_timeout_s)
-        if not copied.ok:
-            raise SandboxError(f"copying {repo_dir} into the workdir failed: {copied.text('stderr')[-300:]}")
-        return WORKSPACE
-
-    def _pool(self, image: str, row: SweRow) -> SandboxPool | None:
-        if self.cfg.warm_pool_size <= 0:
-            return None
-        pool = self._pools.pop(image, None)
-        if pool is None:
-            pool = SandboxPool(self.backend, self._spec(image, row), size=self.cfg.warm_pool_size)
-            asyncio.ensure_future(pool.start(wait=False))
-            while len(self._pools) >= self.cfg.warm_pool_images:  # drop the least recently used pool
-                oldest = next(iter(self._pools))
-                asyncio.ensure_future(self._pools.pop(oldest).close())
-        self._pools[image] = pool  # re-inserted: most recently used last
-        return pool
+        return self.sandbox_spec(image, row.repo_dir or self.cfg.repo_dir)
 
     # ---- grading -----------------------------------------------------------------------
     async def grade(self, row: SweRow, patch: str, source: str) -> Verdict:
@@ -180,19 +97,19 @@ class SweEnvironment(SandboxedEnvironment, Environment):
                   limits=self._spec(image, row).limits)
         try:
             t1 = time.monotonic()
-            pool = self._pool(image, row)
+            pool = self.pool_for(image, self._spec(image, row))
             if pool is not None:
                 async with pool.acquire() as sandbox:
                     timings["start_s"] = time.monotonic() - t1
-                    inputs.repo_dir = await self.prime(sandbox, row)
+                    inputs.repo_dir = await self.prime(sandbox, row.repo_dir or cfg.repo_dir)
                     outcome = await grade_in_sandbox(sandbox, inputs, **kw)
                     t2 = time.monotonic()
                 timings["teardown_s"] = time.monotonic() - t2  # reset runs in the background
             else:
-                sandbox = await self._create(self._spec(image, row))
+                sandbox = await self.create_sandbox(self._spec(image, row))
                 timings["start_s"] = time.monotonic() - t1
                 try:
-                    inputs.repo_dir = await self.prime(sandbox, row)
+                    inputs.repo_dir = await self.prime(sandbox, row.repo_dir or cfg.repo_dir)
                     outcome = await grade_in_sandbox(sandbox, inputs, **kw)
                 finally:
                     t2 = time.monotonic()
@@ -257,8 +174,8 @@ class SweEnvironment(SandboxedEnvironment, Environment):
             if session.sandbox is None:
                 try:
                     image, _ = await self.ensure_image(session.row)
-                    session.sandbox = await self._create(self._spec(image, session.row))
-                    session.repo_dir = await self.prime(session.sandbox, session.row)
+                    session.sandbox = await self.create_sandbox(self._spec(image, session.row))
+                    session.repo_dir = await self.prime(session.sandbox, session.row.repo_dir or self.cfg.repo_dir)
                 except (ImageUnavailable, SandboxError) as exc:
                     raise ToolError(f"the session container could not start: {exc}") from exc
         return session.sandbox, session.repo_dir

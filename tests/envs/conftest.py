@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -32,3 +35,16 @@ async def serve_env() -> AsyncIterator[ServeEnv]:
     for client, server in reversed(started):
         await client.close()
         await server.stop()
+
+
+@pytest.fixture(scope="session")
+def swe_tiny_image() -> str:
+    """The offline tiny SWE instance image, built with Podman's Docker API up (scripts/ci_podman.sh,
+    idempotent; the build script builds the sandbox layer's base test image first when missing).
+    Skips only when podman is not installed."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman not installed (apt-get install podman runc)")
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([str(root / "scripts/ci_podman.sh")], check=True, capture_output=True, timeout=60)
+    subprocess.run(["bash", str(root / "environments/swe/images/tiny/build.sh")], check=True, timeout=600)
+    return "verigym-swe-tiny:latest"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -56,12 +55,8 @@ def _cfg(**kw) -> SweConfig:
 
 
 @pytest.fixture(scope="module")
-def podman_image():
-    if shutil.which("podman") is None:
-        pytest.skip("podman not installed (apt-get install podman runc)")
-    subprocess.run([str(ROOT / "scripts/ci_podman.sh")], check=True, capture_output=True, timeout=60)
-    subprocess.run(["bash", str(ROOT / "environments/swe/images/tiny/build.sh")], check=True, timeout=600)
-    yield IMAGE
+def podman_image(swe_tiny_image):
+    yield swe_tiny_image
     assert _containers() == [], "swe containers leaked"
 
 

@@ -1,0 +1,146 @@
+"""Sandboxes of SWE instance images, shared by ``swe`` and ``swe_gen``: the image store
+(pull / local build / SIF), sandbox specs, shielded creation, apptainer priming, warm pools,
+and the container part of the config.
+
+A mixin over :class:`sandboxes.env_support.SandboxedEnvironment`; an environment using it
+has a config that is a :class:`SweContainerConfig` and decides itself which image a row needs
+(``ensure_image_ref``) and what runs in the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from environments.swe.images import ContainerImages, SifImages
+from sandboxes import SandboxSpec
+from sandboxes.base import Sandbox, SandboxError
+from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
+from sandboxes.pool import SandboxPool
+from servers.environment import EnvConfig
+
+SWE_FOLDER = Path(__file__).resolve().parent  # local_images recipes are relative to it (the tiny image lives here)
+WORKSPACE = "/workspace"  # apptainer: SIF is read-only, the repo is copied to the bound workdir
+
+
+class SweContainerConfig(SandboxLimitsConfig, EnvConfig):
+    """Keys of every environment that grades in SWE instance images."""
+
+    sandbox_backend: Literal["container", "apptainer"] = Field("container", description="sandboxes.open_backend name.")
+    sandbox_env: dict[str, str] = Field(default_factory=dict, description="Environment variables of every sandbox (e.g. PYTHONDONTWRITEBYTECODE).")
+    registries: list[str] = Field(["docker.io"], description="Registries tried in order for references without one.")
+    pull_missing_images: bool = Field(False, description="Pull a missing image at verify/seed time (else: sandbox_error; use `envs prepare`).")
+    local_images: dict[str, str] = Field({"verigym-swe-tiny:latest": "images/tiny/build.sh"},
+                                         description="Images built from a local script (path relative to environments/swe/) instead of pulled.")
+    build_local_images: bool = Field(True, description="Build local_images on first use when missing.")
+    min_free_disk_gb: float = Field(20.0, ge=0, description="Refuse to pull when the image store has less free disk.")
+    pull_timeout_s: float = Field(1800.0, gt=0, description="Limit of one image pull.")
+    build_timeout_s: float = Field(900.0, gt=0, description="Limit of one local image build.")
+    apptainer_binary: str = Field("apptainer", description="apptainer (or singularity) binary for `pull`.")
+    repo_dir: str = Field("/testbed", description="Repository path inside the image (SWE-bench: /testbed).")
+    pre_test_command: str = Field(
+        "if [ -f /opt/miniconda3/bin/activate ]; then . /opt/miniconda3/bin/activate && conda activate testbed; fi",
+        description="Shell run before the test command (SWE-bench images: activate the conda env).")
+    apply_timeout_s: float = Field(120.0, gt=0, description="Limit of applying the patches.")
+    test_timeout_s: float = Field(1800.0, gt=0, description="Limit of the test command (SWE-bench default 1800 s).")
+    memory_mb: int = Field(8192, ge=256, description="Memory limit of a sandbox.")
+    max_processes: int = Field(512, ge=16, description="Processes at once in a sandbox.")
+    max_output_bytes: int = Field(16 << 20, ge=1 << 16, description="Test log captured per stream; past it the run is cut.")
+    warm_pool_size: int = Field(0, ge=0, description="Grading containers kept started per image (0: start one per grade).")
+    warm_pool_images: int = Field(4, ge=1, description="Images with a warm pool at once (least recently used dropped).")
+    log_tail_chars: int = Field(4000, ge=0, description="Characters of the test log in the reply.")
+
+
+class InstanceSandboxes(SandboxedEnvironment):
+    """Mixin (before ``Environment``): images and sandboxes of SWE instances."""
+
+    open_backend_at_setup = False  # the server starts without a container engine; /health says what is missing
+    config: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._images: ContainerImages | SifImages | None = None
+        self._pools: dict[str, SandboxPool] = {}
+
+    @property
+    def images(self) -> ContainerImages | SifImages:
+        if self._images is None:
+            cfg = self.config
+            if cfg.sandbox_backend == "apptainer":
+                self._images = SifImages(registries=cfg.registries, binary=cfg.apptainer_binary,
+                                         pull_timeout_s=cfg.pull_timeout_s)
+            else:
+                local = {ref: (SWE_FOLDER / path) for ref, path in cfg.local_images.items()}
+                self._images = ContainerImages(base_url=cfg.sandbox_options.get("base_url"), registries=cfg.registries,
+                                               local_images=local, min_free_disk_gb=cfg.min_free_disk_gb,
+                                               pull_timeout_s=cfg.pull_timeout_s, build_timeout_s=cfg.build_timeout_s)
+        return self._images
+
+    async def ensure_image_ref(self, ref: str, *, pull: bool | None = None, docker_ref: str | None = None) -> str:
+        """'present' | 'pulled' | 'built'; raises ImageUnavailable. ``docker_ref``: what a missing
+        SIF is pulled from (apptainer)."""
+        pull = self.config.pull_missing_images if pull is None else pull
+        if isinstance(self.images, SifImages):
+            return await self.images.ensure(ref, pull=pull, docker_ref=docker_ref)
+        return await self.images.ensure(ref, pull=pull, build=self.config.build_local_images)
+
+    async def health(self) -> dict[str, Any]:
+        backend = await super().health()
+        if not backend.get("ok"):
+            backend.setdefault("hint", f"the {getattr(self, 'name', 'swe')} env needs a container engine: run "
+                                       "scripts/ci_podman.sh (Podman's Docker API) or set DOCKER_HOST / sandbox_options.base_url")
+        return {"ok": bool(backend.get("ok")), "sandbox_backend": self.config.sandbox_backend, "backend": backend,
+                "warm_pools": {ref: {"idle": p.idle, "total": p.total} for ref, p in self._pools.items()}}
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            await pool.close()
+        self._pools.clear()
+        await super().close()
+        if self._images is not None:
+            self._images.close()
+
+    def sandbox_spec(self, image: str, repo_dir: str) -> SandboxSpec:
+        cfg = self.config
+        workdir = WORKSPACE if cfg.sandbox_backend == "apptainer" else repo_dir
+        limits = replace(cfg.limits(cfg.test_timeout_s), max_file_mb=1024, max_open_files=1024)
+        return SandboxSpec(image=image, workdir=workdir, limits=limits, env=dict(cfg.sandbox_env))
+
+    async def create_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        # Shielded: a verify cancelled by its deadline must not leave a container behind.
+        task = asyncio.ensure_future(self.backend.create(spec))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            def cleanup(done: asyncio.Future) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    asyncio.ensure_future(done.result().destroy())
+            task.add_done_callback(cleanup)
+            raise
+
+    async def prime(self, sandbox: Sandbox, repo_dir: str) -> str:
+        """Where the repository is in this sandbox (apptainer: copy it to the writable workdir)."""
+        if self.config.sandbox_backend != "apptainer":
+            return repo_dir
+        copied = await sandbox.exec(["cp", "-a", f"{repo_dir}/.", WORKSPACE], timeout=self.config.apply_timeout_s)
+        if not copied.ok:
+            raise SandboxError(f"copying {repo_dir} into the workdir failed: {copied.text('stderr')[-300:]}")
+        return WORKSPACE
+
+    def pool_for(self, image: str, spec: SandboxSpec) -> SandboxPool | None:
+        """The warm pool of ``image`` (None when warm_pool_size is 0), most recently used last."""
+        if self.config.warm_pool_size <= 0:
+            return None
+        pool = self._pools.pop(image, None)
+        if pool is None:
+            pool = SandboxPool(self.backend, spec, size=self.config.warm_pool_size)
+            asyncio.ensure_future(pool.start(wait=False))
+            while len(self._pools) >= self.config.warm_pool_images:  # drop the least recently used pool
+                oldest = next(iter(self._pools))
+                asyncio.ensure_future(self._pools.pop(oldest).close())
+        self._pools[image] = pool  # re-inserted: most recently used last
+        return pool
