@@ -141,6 +141,24 @@ async def test_cache_answers_identical_requests_and_coalesces_concurrent_ones(sc
         await judges.close()
 
 
+async def test_a_cancelled_caller_does_not_fail_those_waiting_on_its_call(scripted):
+    scripted.latency_s = 0.2
+    judges = judges_for(scripted)
+    try:
+        leader = asyncio.ensure_future(ask(judges, "is the sky blue?"))
+        while scripted.requests == 0:
+            await asyncio.sleep(0.01)
+        followers = [asyncio.ensure_future(ask(judges, "is the sky blue?")) for _ in range(3)]
+        await asyncio.sleep(0.01)  # the followers join the call in flight
+        leader.cancel()
+        answers = await asyncio.gather(*followers)
+        assert all(a.verdict is True for a in answers)
+        assert scripted.requests == 2  # the cancelled call, then one follower's; the others joined it
+        assert leader.cancelled()
+    finally:
+        await judges.close()
+
+
 async def test_cache_off_calls_every_time(scripted):
     scripted.latency_s = 0.05
     judges = judges_for(scripted, cache_size=0)

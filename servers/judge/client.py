@@ -37,6 +37,10 @@ class JudgeError(Exception):
         self.judge, self.kind, self.detail = judge, kind, detail
 
 
+class _CallerGone(Exception):
+    """The caller making a shared call was cancelled; those waiting on it make the call themselves."""
+
+
 @dataclass(frozen=True)
 class JudgeAnswer(Generic[T]):
     verdict: T
@@ -85,43 +89,59 @@ class Judge:
         body = request_body(self.cfg, messages)
         key = hashlib.blake2b(orjson.dumps([self.cfg.api, body], option=orjson.OPT_SORT_KEYS),
                               digest_size=16).hexdigest()
-        text = self.cache.get(key)
         # cache_size 0 turns off both reuses: the cache and joining an identical call in flight.
-        if text is None and self.cache.size > 0 and key in self._in_flight:
-            try:
-                text = await asyncio.shield(self._in_flight[key])
-            except JudgeError:
-                self.metrics.asks["error"] += 1
-                raise
-        if text is not None:
+        reuse = self.cache.size > 0
+        while reuse:
+            text = self.cache.get(key)
+            joined = self._in_flight.get(key) if text is None else None
+            if joined is not None:
+                try:
+                    # shield: this caller's cancellation must not cancel the call others wait on
+                    text = await asyncio.shield(joined)
+                except _CallerGone:
+                    continue  # the caller making the call was cancelled: make it (or join another)
+                except JudgeError:
+                    self.metrics.asks["error"] += 1
+                    raise
+            if text is None:
+                break
             verdict = parse(text)
-            if verdict is not None:
-                self.metrics.cache_hits += 1
-                self.metrics.asks["ok"] += 1
-                return JudgeAnswer(verdict, text, cached=True)
+            if verdict is None:
+                break  # a cached reply this parser cannot read: ask afresh
+            self.metrics.cache_hits += 1
+            self.metrics.asks["ok"] += 1
+            return JudgeAnswer(verdict, text, cached=True)
         self.metrics.cache_misses += 1
-        # The call runs as its own task so that a caller cancelled (its /verify deadline) does
-        # not cancel it for the identical requests that joined it.
-        future: asyncio.Future[str] = asyncio.ensure_future(self._fetch_parsed(body, parse))
-        if self.cache.size > 0:
-            self._in_flight[key] = future
-        future.add_done_callback(lambda f, k=key: self._settle(k, f))
+        # The call runs in this caller's task (no task per call: it is the hot path); callers
+        # asking the same meanwhile wait on ``shared``, which this caller settles however it ends.
+        shared: asyncio.Future[str] | None = asyncio.get_running_loop().create_future() if reuse else None
+        if shared is not None:
+            self._in_flight[key] = shared
         try:
-            text = await asyncio.shield(future)
-        except JudgeError:
+            text = await self._fetch_parsed(body, parse)
+        except JudgeError as exc:
             self.metrics.asks["error"] += 1
+            self._settle(key, shared, exc)
             raise
+        except BaseException:
+            self._settle(key, shared, _CallerGone())
+            raise
+        self._settle(key, shared, text)
         self.metrics.asks["ok"] += 1
         verdict = parse(text)
         assert verdict is not None  # _fetch_parsed returns only texts that parse
         return JudgeAnswer(verdict, text, cached=False)
 
-    def _settle(self, key: str, future: asyncio.Future[str]) -> None:
-        self._in_flight.pop(key, None)
-        if future.cancelled():
+    def _settle(self, key: str, shared: asyncio.Future[str] | None, outcome: str | BaseException) -> None:
+        if shared is None:
             return
-        if future.exception() is None:  # also marks a failure as retrieved when nobody awaits it
-            self.cache.put(key, future.result())
+        self._in_flight.pop(key, None)
+        if isinstance(outcome, BaseException):
+            shared.set_exception(outcome)
+            shared.exception()  # retrieved: nobody may be waiting
+        else:
+            self.cache.put(key, outcome)
+            shared.set_result(outcome)
 
     async def _fetch_parsed(self, body: dict[str, Any], parse: Callable[[str], Any]) -> str:
         text = ""
