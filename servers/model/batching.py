@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -95,6 +96,10 @@ class Batcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         self._task: asyncio.Task | None = None
         self._stop_ids = loaded.stop_token_ids
+        # A fast tokenizer is one Rust object whose padding/truncation state calls mutate: two
+        # threads in it at once fail ("Already borrowed"). Request threads (chat templates) and
+        # the generate thread (pad, decode) take this lock around every tokenizer call.
+        self.tokenizer_lock = threading.Lock()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="batcher")
@@ -175,7 +180,8 @@ class Batcher:
         import torch
 
         tok, model = self.loaded.tokenizer, self.loaded.model
-        padded = tok.pad({"input_ids": [r.prompt_ids for r in requests]}, padding=True, return_tensors="pt")
+        with self.tokenizer_lock:
+            padded = tok.pad({"input_ids": [r.prompt_ids for r in requests]}, padding=True, return_tensors="pt")
         input_ids = padded["input_ids"].to(self.loaded.device)
         attention = padded["attention_mask"].to(self.loaded.device)
         self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
@@ -188,7 +194,8 @@ class Batcher:
                                  max_new_tokens=max(r.max_new_tokens for r in requests),
                                  eos_token_id=self._stop_ids, pad_token_id=tok.pad_token_id, **sampling)
         new_tokens = out[:, input_ids.shape[1]:].tolist()
-        return [self._finish(r, ids) for r, ids in zip(requests, new_tokens)]
+        with self.tokenizer_lock:
+            return [self._finish(r, ids) for r, ids in zip(requests, new_tokens)]
 
     def _finish(self, request: GenerationRequest, ids: list[int]) -> GenerationResult:
         ids = ids[: request.max_new_tokens]

@@ -150,13 +150,14 @@ class ModelServer:
 
     def _render(self, parsed: ParsedRequest) -> list[int]:
         tok = self.loaded.tokenizer
-        try:
-            text = tok.apply_chat_template(parsed.messages, tools=parsed.tools, tokenize=False,
-                                           add_generation_prompt=True, **parsed.template_kwargs)
-        except Exception as exc:  # noqa: BLE001 - a template error is the request's (roles, tool shapes)
-            raise BadRequest(f"the chat template rejected these messages: {type(exc).__name__}: {exc}",
-                             param="messages") from None
-        return tok(text, add_special_tokens=False)["input_ids"]
+        with self.batcher.tokenizer_lock:  # see Batcher.tokenizer_lock
+            try:
+                text = tok.apply_chat_template(parsed.messages, tools=parsed.tools, tokenize=False,
+                                               add_generation_prompt=True, **parsed.template_kwargs)
+            except Exception as exc:  # noqa: BLE001 - a template error is the request's (roles, tool shapes)
+                raise BadRequest(f"the chat template rejected these messages: {type(exc).__name__}: {exc}",
+                                 param="messages") from None
+            return tok(text, add_special_tokens=False)["input_ids"]
 
     @staticmethod
     def _gen_request(parsed: ParsedRequest, prompt_ids: list[int], max_new: int) -> GenerationRequest:
