@@ -89,7 +89,9 @@ class Endpoint:
             # limit = the concurrency bound: one pooled keep-alive connection per call in flight.
             connector = aiohttp.TCPConnector(limit=self.max_concurrency, limit_per_host=self.max_concurrency,
                                              keepalive_timeout=30)
-            self._session = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
+            # No aiohttp timeout: post() bounds each call with its own deadline (one timer, not three).
+            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
+                                                  skip_auto_headers=("User-Agent",))
         return self._session
 
     async def close(self) -> None:
