@@ -139,7 +139,10 @@ async def test_network_egress_to_host_listener_fails(code_server):
 async def test_reading_a_host_secret_file_fails(code_server, tmp_path):
     client, _ = code_server
     secret = "filesecret" + secrets.token_hex(8)
-    targets = [tmp_path / "secret.txt", Path("/work/main") / f".attack-secret-{secrets.token_hex(4)}"]
+    # The repository (or, where this user cannot write it, their home) and a temp folder.
+    repo = Path(__file__).resolve().parents[2]
+    beside = repo if os.access(repo, os.W_OK) else Path.home()
+    targets = [tmp_path / "secret.txt", beside / f".attack-secret-{secrets.token_hex(4)}"]
     for target in targets:
         target.write_text(secret)
     try:
@@ -158,8 +161,14 @@ async def test_writing_outside_the_sandbox_leaves_the_host_unchanged(code_server
     name = "pwned-" + secrets.token_hex(6)
     targets = [tmp_path / name, Path("/tmp") / name, Path("/work/main") / name, Path("/root") / name,
                Path("/usr/local") / name]
+    # As root the program's uid owns nothing outside its workspace. Without root (a user
+    # namespace) the sandbox's own /tmp and the folders bwrap made on the way to its binds
+    # belong to the user: writable, but they exist only in the sandbox. The host check
+    # below holds in both modes.
+    private = () if os.geteuid() == 0 else ("/tmp/", "/root/", "/proc/1/root/")
     code = (f"import os\nwrote = False\nfor p in {[str(t) for t in targets]!r} + ['/proc/1/root/tmp/{name}']:\n"
-            f"    try:\n        open(p, 'w').write('x')\n        wrote = True\n    except Exception:\n        pass\n"
+            f"    try:\n        open(p, 'w').write('x')\n        wrote = wrote or not p.startswith({private!r})\n"
+            f"    except Exception:\n        pass\n"
             f"print('wrote' if wrote else 'blocked')\n")
     await _attack(client, new_marker(), code, "wrote", {"WA"})
     for target in targets:
