@@ -105,8 +105,9 @@ class _LogFollower:
             self.out.flush()
 
 
-def follow(sub: Submission, out: IO[str] = sys.stdout, poll_s: float = 0.5) -> int:
+def follow(sub: Submission, out: IO[str] | None = None, poll_s: float = 0.5) -> int:
     """Stream the job's log until it ends; return its exit status."""
+    out = out or sys.stdout
     follower = _LogFollower(sub.log_path, out)
     cancelled = False
     status_of: Callable[[], int | None]
@@ -145,8 +146,9 @@ def cancel(sub: Submission) -> None:
 
 
 def launch(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool,
-           wandb: WandbSettings | None = None, out: IO[str] = sys.stdout) -> int:
+           wandb: WandbSettings | None = None, out: IO[str] | None = None) -> int:
     """Write the job script, submit it; attached: stream and return the job's status, else 0."""
+    out = out or sys.stdout
     write_job_script(profile, job, attached=attached, wandb=wandb)
     sub = submit_script(profile, job)
     where = "Slurm job" if sub.executor == "slurm" else "local job (pid " + sub.job_id.split("-", 1)[1] + ")"
