@@ -8,6 +8,8 @@ bash scripts/setup.sh
 # Root only (CI and fresh machines); elsewhere the container tests skip with the reason.
 if [ "$(id -u)" = 0 ]; then
   eval "$(bash scripts/ci_podman.sh)"
+  # A one-machine Slurm cluster for the launch tests (`driver run --run local-slurm`).
+  eval "$(bash scripts/ci_slurm.sh)"
 fi
 set +e
 python3 -m pytest -q -p no:cacheprovider "$@"
