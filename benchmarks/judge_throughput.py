@@ -9,6 +9,8 @@ pointed at it, and this load generator. Prints one JSON object:
 
 * ``throughput``: verifications of 2-item rubrics, every response distinct (no cache hits),
   at ``--concurrency``; judged rubric items/s = verifications/s x 2. Target >= 1,000 items/s at 512.
+  Also the server process's CPU time per verification (1000 / it = verifications/s one core
+  can serve), the figure to trust on a machine whose cores are shared.
 * ``overhead``: at concurrency 1, p50 of a judged 1-item verification through the server, and
   p50 of the same judge request sent straight to the judge (the no-judge-server baseline, same
   run); their difference is the server's own overhead per judged verification (target <= 2 ms).
@@ -32,6 +34,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -134,12 +137,18 @@ async def main() -> None:
             bodies = encode_bodies([row(i % 97, f"throughput answer {i}", 2) for i in range(args.requests)])
             warm = encode_bodies([row(0, f"warm-up {i}", 2) for i in range(args.concurrency)])
             await run_load(url, warm, concurrency=args.concurrency, requests=len(warm))
+            server = psutil.Process(children[0].process.pid)
+            cpu_before = sum(server.cpu_times()[:2])
             load = await run_load(url, bodies, concurrency=args.concurrency, requests=len(bodies), timeout_s=120)
+            cpu_ms = (sum(server.cpu_times()[:2]) - cpu_before) * 1000 / max(load.requests, 1)
             out["throughput"] = {"concurrency": args.concurrency, "verifications": load.requests,
                                  "rubric_items_per_verification": 2,
                                  "verifications_per_s": round(load.req_per_s, 1),
                                  "judged_items_per_s": round(2 * load.req_per_s, 1),
                                  "p50_ms": round(load.percentile(50), 1), "p99_ms": round(load.percentile(99), 1),
+                                 # CPU the server process spent per verification: what bounds one server's
+                                 # throughput (1000 / this = verifications/s per core), little moved by load
+                                 "server_cpu_ms_per_verification": round(cpu_ms, 3),
                                  "errors": dict(load.errors)}
             # overhead: concurrency 1, 1 item, vs the same judge request sent directly (same run)
             one = encode_bodies([row(0, f"latency answer {i}", 1) for i in range(args.latency_requests)])
