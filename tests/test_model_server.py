@@ -274,3 +274,15 @@ def test_vllm_command_exports_tiny_once(tmp_path):
     mtime = (folder / "config.json").stat().st_mtime_ns
     vllm_command("tiny", host="h", port=1, served_name="judge", dtype="auto", seed=2, cache_dir=tmp_path, extra=[])
     assert (folder / "config.json").stat().st_mtime_ns == mtime  # exported once
+
+
+def test_cli_usage_errors_exit_2(capsys, tmp_path):
+    from servers.cli import main
+
+    assert main(["model", "serve", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["model", "serve", "Qwen/Qwen3-0.6B", "--seed", "3"]) == 2
+    assert "tiny preset" in capsys.readouterr().err
+    assert main(["model", "serve", "tiny", "--max-batch-size", "0"]) == 2
+    assert main(["model", "serve", "tiny", "--engine", "vllm"]) == 2  # no vLLM / GPU on this machine
+    assert "vllm" in capsys.readouterr().err

@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", help="the model id clients send (default: 'tiny' or the folder name)")
     p.add_argument("--device", default="auto", help="transformers engine: auto (cuda if visible), cpu, cuda, cuda:1...")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")
-    p.add_argument("--seed", type=int, default=0, help="weights seed of the tiny preset (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="weights seed of the tiny preset (default 0; tiny only)")
     p.add_argument("--max-batch-size", type=int, default=16, help="sequences per batched generate (default 16)")
     p.add_argument("--max-wait-ms", type=float, default=10.0,
                    help="how long the first waiting request waits for others to join its batch (default 10)")
@@ -53,17 +53,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_model_serve(args: argparse.Namespace) -> int:
-    from servers.model.loading import ModelLoadError, require_torch
+    from servers.model.loading import ModelLoadError, require_torch, resolve_source
 
     try:
         require_torch()
+        resolve_source(args.source)  # a wrong path fails before anything loads
         if args.max_batch_size < 1 or args.max_queued < 1 or args.max_tokens < 1 or args.max_wait_ms < 0:
             raise ModelLoadError("--max-batch-size, --max-queued and --max-tokens must be >= 1, --max-wait-ms >= 0")
+        if args.seed is not None and args.source != "tiny":
+            raise ModelLoadError("--seed seeds the tiny preset's weights; a checkpoint has its own")
+        args.seed = args.seed or 0
         from servers.model.vllm_engine import exec_vllm, vllm_available, vllm_command
 
         if args.engine == "vllm" or (args.engine == "auto" and vllm_available()):
             if not vllm_available():
                 raise ModelLoadError("--engine vllm needs the vllm package and a visible GPU")
+            unused = [flag for flag, value, default in (
+                ("--device", args.device, "auto"), ("--max-batch-size", args.max_batch_size, 16),
+                ("--max-wait-ms", args.max_wait_ms, 10.0), ("--max-queued", args.max_queued, 1024),
+                ("--max-tokens", args.max_tokens, 512)) if value != default]
+            if unused:
+                raise ModelLoadError(f"{', '.join(unused)} set the transformers engine; vLLM schedules its own "
+                                     "batches: pass its flags with --vllm-args, or use --engine transformers")
             cache = Path.home() / ".cache" / "verigym" / "models"
             cache.mkdir(parents=True, exist_ok=True)
             exec_vllm(vllm_command(args.source, host=args.host, port=args.port or 8100,
