@@ -185,3 +185,13 @@ async def test_a_judge_missing_from_the_config_fails_at_start():
     env = MultiChallengeEnvironment(MultiChallengeEnvironment.Config(judges={}))
     with pytest.raises(JudgeError, match="judges.judge.base_url"):
         await env.setup()
+
+
+async def test_judge_health_report_keeps_health_200_while_the_judge_is_down(serve_env, scripted):
+    client, _ = await serve_env("multichallenge", judge_health="report", **point_at(scripted, "judge"))
+    await scripted.stop()
+    status, body = await health(client, "multichallenge")
+    judge = body["checks"]["environment"]["judges"]["judge"]
+    assert status == 200 and judge["ok"] is False and "error" in judge
+    reply = await client.verify("multichallenge", rubric_row("an answer", "Is it good?"))
+    assert reply[FAILURE_CLASS_KEY] == "judge_error"  # reported healthy, still never a default score
