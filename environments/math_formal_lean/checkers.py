@@ -59,8 +59,10 @@ class LocalLeanChecker:
     name = "local"
 
     def __init__(self, backend: Callable[[], SandboxBackend], command: Sequence[str], *, project_dir: str | None,
-                 env: dict[str, str], limits: Callable[[float], Limits], max_output_chars: int) -> None:
+                 env: dict[str, str], image: str | None, limits: Callable[[float], Limits],
+                 max_output_chars: int) -> None:
         self._backend = backend
+        self.image = image
         self.command = list(command)
         self.project_dir = project_dir
         self.env = dict(env)
@@ -77,7 +79,7 @@ class LocalLeanChecker:
     async def compile(self, code: str, timeout_s: float) -> CompileResult:
         started = time.monotonic()
         limits = self._limits(timeout_s)
-        spec = SandboxSpec(files={PROOF_FILE: code}, env=self.env, limits=limits)
+        spec = SandboxSpec(image=self.image, files={PROOF_FILE: code}, env=self.env, limits=limits)
         try:
             sandbox = await self._backend().create(spec)
             try:

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
 from servers.environment import EnvConfig, Environment, SessionError, ToolError, Verdict, tool
@@ -69,6 +69,7 @@ class LeanConfig(SandboxLimitsConfig, EnvConfig):
     lean_project_dir: str | None = Field(None, description="Lean project with Mathlib built; the command runs there (read-only).")
     lean_toolchain_dirs: list[str] = Field(default_factory=list, description="Host folders bound read-only into the sandbox (elan home, toolchain).")
     lean_env: dict[str, str] = Field(default_factory=dict, description="Environment of the Lean command (PATH, ELAN_HOME, LEAN_PATH...).")
+    lean_image: str | None = Field(None, description="Image with Lean and the project, for sandbox_backend container / apptainer (SIF path).")
     kimina_url: str = Field("http://127.0.0.1:8000", description="Base URL of the Kimina Lean server.")
     kimina_api_key_env: str | None = Field("LEAN_SERVER_API_KEY", description="Environment variable holding its API key (unset: no key).")
     kimina_retries: int = Field(2, ge=0, description="Retries on connection errors and HTTP 429/502/503/504.")
@@ -89,6 +90,14 @@ class LeanConfig(SandboxLimitsConfig, EnvConfig):
     refinement_prompt_template: str | None = Field(None, description="correction_prompt with {proof_attempt} and "
                                                    "{error_message}; null = NeMo-Gym's Nemotron refinement prompt.")
     max_checks_per_session: int = Field(8, ge=1, description="check_proof calls per session.")
+
+
+    @model_validator(mode="after")
+    def _image_for_container_backends(self) -> "LeanConfig":
+        if self.checker == "local" and self.sandbox_backend != "process" and not self.lean_image:
+            raise ValueError(f"sandbox_backend {self.sandbox_backend} needs lean_image (an image with Lean, Mathlib "
+                             "and the project at lean_project_dir)")
+        return self
 
 
 class ProofArgs(BaseModel):
@@ -152,7 +161,8 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
             return KiminaChecker(cfg.kimina_url, api_key=key, retries=cfg.kimina_retries,
                                  request_overhead_s=cfg.kimina_request_overhead_s, max_output_chars=cfg.max_output_chars)
         return LocalLeanChecker(lambda: self.backend, cfg.lean_command, project_dir=cfg.lean_project_dir,
-                                env=cfg.lean_env, limits=self._limits, max_output_chars=cfg.max_output_chars)
+                                env=cfg.lean_env, image=cfg.lean_image, limits=self._limits,
+                                max_output_chars=cfg.max_output_chars)
 
     def _limits(self, wall_s: float):  # type: ignore[no-untyped-def]
         # Lean elaborates on several threads (CPU time can exceed wall time) and opens many .olean files.

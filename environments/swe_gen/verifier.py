@@ -28,7 +28,8 @@ import json
 import os
 import shlex
 import time
-from typing import Any, Literal
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -140,18 +141,26 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
     def _limits(self, image: str):  # type: ignore[no-untyped-def]
         return self.sandbox_spec(image, self.cfg.repo_dir).limits
 
-    async def _sandbox(self, row: SweGenRow) -> tuple[str, Sandbox, str]:
-        """(image, a fresh sandbox of it, the repository path in it); raises ImageUnavailable / SandboxError."""
+    @asynccontextmanager
+    async def _sandbox(self, row: SweGenRow) -> AsyncIterator[tuple[str, Sandbox, str]]:
+        """(image, a fresh sandbox of it, the repository path in it): from the image's warm pool
+        (reset before reuse) when warm_pool_size > 0, else created and destroyed here.
+        Raises ImageUnavailable / SandboxError."""
         image = self.image_for(row)
         docker_ref = self.cfg.image_template.format(instance_id=row.instance.instance_id,  # apptainer pulls from it
                                                     sif_docker_ref=sif_docker_ref(image))
         await self.ensure_image_ref(image, docker_ref=docker_ref)
-        sandbox = await self.create_sandbox(self.sandbox_spec(image, self.cfg.repo_dir))
+        spec = self.sandbox_spec(image, self.cfg.repo_dir)
+        pool = self.pool_for(image, spec)
+        if pool is not None:
+            async with pool.acquire() as sandbox:
+                yield image, sandbox, await self.prime(sandbox, self.cfg.repo_dir)
+            return
+        sandbox = await self.create_sandbox(spec)
         try:
-            return image, sandbox, await self.prime(sandbox, self.cfg.repo_dir)
-        except BaseException:
+            yield image, sandbox, await self.prime(sandbox, self.cfg.repo_dir)
+        finally:
             await sandbox.destroy()
-            raise
 
     async def verify(self, row: SweGenRow, response: ResponseObject, session: Any | None) -> Verdict:
         text = response.last_message_text or response.output_text
@@ -180,15 +189,12 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
         cfg, inst = self.cfg, row.instance
         extras.update(model_patch=patch, patch_applied=False)
         started = time.monotonic()
-        image, sandbox, repo = await self._sandbox(row)
-        try:
+        async with self._sandbox(row) as (image, sandbox, repo):
             inputs = GradeInputs(repo_dir=repo, base_commit=inst.base_commit, model_patch=patch, test_patch="",
                                  test_files=[], test_command=inst.test_script, fail_to_pass=inst.FAIL_TO_PASS,
                                  pass_to_pass=inst.PASS_TO_PASS, pre_test=inst.setup_script)
             outcome = await grade_in_sandbox(sandbox, inputs, apply_timeout_s=cfg.apply_timeout_s,
                                              test_timeout_s=cfg.test_timeout_s, limits=self._limits(image))
-        finally:
-            await sandbox.destroy()
         extras.update(image=image, patch_applied=outcome.patch_applied, apply_method=outcome.apply_method,
                       grade_s=round(time.monotonic() - started, 3))
         if not outcome.patch_applied:
@@ -219,10 +225,9 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
     async def _run_repro(self, row: SweGenRow, test: str, filename: str, *, with_gold: bool) -> dict[str, Any]:
         """One phase in a fresh sandbox: {"exit_code", "verdict", "output"} or {"failure": (class, detail)}."""
         cfg = self.cfg
-        image, sandbox, repo = await self._sandbox(row)
         env = {"HOME": "/tmp/verigym-home", "GIT_CONFIG_NOSYSTEM": "1", "PAGER": "cat"}
-        limits = self._limits(image)
-        try:
+        async with self._sandbox(row) as (image, sandbox, repo):
+            limits = self._limits(image)
             if with_gold:
                 gold = GradeInputs(repo_dir=repo, base_commit="", model_patch=row.instance.patch, test_patch="",
                                    test_files=[], test_command="", fail_to_pass=[], pass_to_pass=[])
@@ -239,8 +244,6 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
             await sandbox.upload({filename: test})
             command = f"{cfg.pre_test_command}\ncd {shlex.quote(repo)} && exec {cfg.repro_python} {shlex.quote(filename)}"
             ran = await sandbox.exec(["bash", "-c", command], timeout=cfg.repro_timeout_s, limits=limits, env=env)
-        finally:
-            await sandbox.destroy()
         exit_code = ran.exit_code if ran.verdict is ResourceVerdict.OK else None
         return {"exit_code": exit_code, "verdict": ran.verdict.value,
                 "output": (ran.text() + ran.text("stderr"))[-cfg.log_tail_chars:] if cfg.log_tail_chars else ""}

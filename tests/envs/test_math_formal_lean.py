@@ -318,3 +318,11 @@ async def test_refinement_turn_fields_and_bad_rows(serve_env, kimina):
     with pytest.raises(EnvClientError) as bad:
         await client.verify("math_formal_lean", {k: v for k, v in ROW.items() if k != "header"}, response_from_text(fenced(GOOD)))
     assert bad.value.status == 422 and "header" in json.dumps(bad.value.body)
+
+
+def test_container_backends_need_an_image():
+    with pytest.raises(registry.ConfigError, match="needs lean_image"):
+        registry.instantiate("math_formal_lean", overrides={"sandbox_backend": "container"})
+    env = registry.instantiate("math_formal_lean", overrides={"sandbox_backend": "container", "lean_image": "lean-mathlib:4"})
+    assert env.checker.image == "lean-mathlib:4"
+    assert "extra_ro_binds" not in env.config.sandbox_options  # host binds are the process backend's only

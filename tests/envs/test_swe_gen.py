@@ -62,6 +62,16 @@ async def test_patch_and_repro_grading(make_env):
     assert spoof.reward == 0.0 and spoof.extras["return_codes_before_patch"] == [1]
 
 
+async def test_warm_pool_reuses_clean_containers(make_env):
+    env = make_env(warm_pool_size=1)
+    right = edit_answer(BUGGY.rstrip("\n"), FIXED.rstrip("\n"))
+    wrong = edit_answer(BUGGY.rstrip("\n"), "    return total(values) / (len(values) - 1)")
+    # A reused container must not keep the previous grade's patch: right, wrong, right again.
+    rewards = [(await _verify(env, tiny_row("eval"), text)).reward for text in (right, wrong, right)]
+    assert rewards == [1.0, 0.0, 1.0]
+    assert (await env.health())["warm_pools"]["verigym-swe-tiny:latest"]["total"] >= 1
+
+
 async def test_failures_carry_a_class(make_env):
     slow_row = tiny_row("eval")
     slow_row["instance"]["test_script"] = "#!/bin/bash\nsleep 60\n"
