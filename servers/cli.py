@@ -146,7 +146,8 @@ async def _check_rows(name: str, rows: list[Any], http: bool, overrides: dict[st
     service = EnvService(registry.instantiate(name, overrides=overrides))
     await service.start()
     try:
-        runs = [("in-process", await check_inprocess(service, rows))]
+        judge = ", judge: scripted (data/scripted_judge.yaml)" if overrides else ""
+        runs = [(f"in-process{judge}", await check_inprocess(service, rows))]
     finally:
         await service.stop()
     if http:
@@ -157,7 +158,8 @@ async def _check_rows(name: str, rows: list[Any], http: bool, overrides: dict[st
         try:
             async with EnvClient({name: server.url}, retries=1) as client:
                 _, info = await client.get(name, "/info")
-                runs.append((f"http {server.url}", await check_http(client, name, rows, bool(info.get("stateful")))))
+                runs.append((f"http {server.url}{judge}",
+                             await check_http(client, name, rows, bool(info.get("stateful")))))
         finally:
             await server.stop()
     return runs
