@@ -113,4 +113,5 @@ def _add_root(roots: list[str], real: str) -> bool:
 
 
 def probe_command(python: str) -> list[str]:
-    return [python, "-I", "-S", "-c", PROBE_SOURCE]
+    # Not -S: in a venv, site is what sets sys.prefix to the venv (pyvenv.cfg).
+    return [python, "-I", "-c", PROBE_SOURCE]

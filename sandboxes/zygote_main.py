@@ -41,8 +41,10 @@ def _setup():
     _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     # As a namespace init we receive only signals we handle; Python handles SIGINT: drop it.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    # -S skipped site: add site-packages (no .pth execution) and exit()/quit() builtins.
-    for path in site.getsitepackages():
+    # -S skipped site: add site-packages (no .pth execution) and exit()/quit() builtins. In a
+    # venv, site is also what makes sys.prefix the venv (pyvenv.cfg): do that part here too,
+    # or the venv's own packages would be missing from every run.
+    for path in site.getsitepackages(_venv_prefixes()):
         if os.path.isdir(path) and path not in sys.path:
             sys.path.append(path)
     site.setquit()
@@ -52,6 +54,22 @@ def _setup():
     import runpy  # noqa: F401
     import traceback  # noqa: F401
     import types  # noqa: F401
+
+
+def _venv_prefixes():
+    """Like site.venv(): a pyvenv.cfg beside the executable or one folder up makes that folder
+    sys.prefix; the base installation's packages count only with include-system-site-packages."""
+    exe_dir = os.path.dirname(sys.executable)
+    for folder in (exe_dir, os.path.dirname(exe_dir)):
+        try:
+            with open(os.path.join(folder, "pyvenv.cfg"), encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        settings = {k.strip().lower(): v.strip().lower() for k, _, v in (ln.partition("=") for ln in lines)}
+        sys.prefix = sys.exec_prefix = folder
+        return [folder] + ([sys.base_prefix] if settings.get("include-system-site-packages") == "true" else [])
+    return None
 
 
 def _recv_exact(sock, n):
