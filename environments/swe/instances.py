@@ -10,13 +10,14 @@ has a config that is a :class:`SweContainerConfig` and decides itself which imag
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from environments.swe.images import ContainerImages, SifImages
+from environments.swe.images import ContainerImages, ImageUnavailable, SifImages
 from sandboxes import SandboxSpec
 from sandboxes.base import Sandbox, SandboxError
 from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
@@ -56,7 +57,9 @@ class SweContainerConfig(SandboxLimitsConfig, EnvConfig):
 
 
 class InstanceSandboxes(SandboxedEnvironment):
-    """Mixin (before ``Environment``): images and sandboxes of SWE instances."""
+    """Mixin (before ``Environment``): images and sandboxes of SWE instances. The environment
+    defines ``image_for(row) -> ref`` and ``ensure_image(row, pull=) -> (ref, state)``; with
+    them it gets ``envs prepare NAME --data ROWS.jsonl`` (``prepare``)."""
 
     open_backend_at_setup = False  # the server starts without a container engine; /health says what is missing
     config: Any
@@ -144,3 +147,50 @@ class InstanceSandboxes(SandboxedEnvironment):
                 asyncio.ensure_future(self._pools.pop(oldest).close())
         self._pools[image] = pool  # re-inserted: most recently used last
         return pool
+
+    # ---- envs prepare NAME --data ROWS.jsonl ---------------------------------------------
+    @classmethod
+    async def prepare(cls, config: Any, rows: list[dict[str, Any]], progress: Any = None) -> dict[str, Any]:
+        """Pre-pull (or build) every image the rows need; a clear error for any that cannot be had."""
+        env = cls(config)
+        by_image: dict[str, list[Any]] = {}
+        no_image: dict[str, str] = {}
+        invalid = 0
+        for number, raw in enumerate(rows, start=1):
+            try:
+                row = cls.Row.model_validate(raw)  # type: ignore[attr-defined]
+            except ValidationError:
+                invalid += 1
+                continue
+            try:
+                by_image.setdefault(env.image_for(row), []).append(row)
+            except ImageUnavailable as exc:  # the row names no usable image
+                no_image[f"row {number}"] = str(exc)
+        if progress is not None and invalid:
+            progress.update(invalid)
+        summary: dict[str, Any] = {"images": len(by_image), "rows": len(rows), "invalid_rows": invalid,
+                                   "present": 0, "pulled": 0, "built": 0, "unavailable": dict(no_image)}
+        try:
+            try:
+                free, root = await asyncio.to_thread(env.images.free_disk_gb)
+                summary["free_disk_gb"], summary["image_store"] = round(free, 1), root
+            except Exception as exc:  # noqa: BLE001 - reported below per image as well
+                summary["free_disk_gb"] = None
+                summary["engine_error"] = str(exc)
+            for image, image_rows in by_image.items():
+                if progress is not None:
+                    progress.set_postfix_str(image[-60:])
+                try:
+                    _, state = await env.ensure_image(image_rows[0], pull=True)
+                    summary[state] += 1
+                except ImageUnavailable as exc:
+                    summary["unavailable"][image] = str(exc)
+                if progress is not None:
+                    progress.update(len(image_rows))
+        finally:
+            await env.close()
+        if summary["unavailable"]:
+            lines = "\n".join(f"  {ref}: {why}" for ref, why in summary["unavailable"].items())
+            print(f"{len(summary['unavailable'])} of {len(by_image)} images cannot be had:\n{lines}", file=sys.stderr)
+            raise SystemExit(f"envs prepare {cls.name}: {len(summary['unavailable'])} image(s) unavailable (see above)")
+        return summary

@@ -15,9 +15,7 @@ patch does not apply -> ``verifier_error``.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
-import sys
 import time
 from typing import Any
 
@@ -207,46 +205,3 @@ class SweEnvironment(InstanceSandboxes, Environment):
         session.submitted = True
         session.submitted_patch = args.patch if args.patch and args.patch.strip() else None
         return {"submitted": True, "source": "patch" if session.submitted_patch else "git diff"}
-
-    # ---- envs prepare swe --data ROWS.jsonl ----------------------------------------------
-    @classmethod
-    async def prepare(cls, config: SweConfig, rows: list[dict[str, Any]], progress: Any = None) -> dict[str, Any]:
-        """Pre-pull (or build) every image the rows need; a clear error for any that cannot be had."""
-        env = cls(config)
-        by_image: dict[str, list[SweRow]] = {}
-        invalid = 0
-        for raw in rows:
-            try:
-                row = SweRow.model_validate(raw)
-            except ValidationError:
-                invalid += 1
-                continue
-            by_image.setdefault(env.image_for(row), []).append(row)
-        if progress is not None and invalid:
-            progress.update(invalid)
-        summary: dict[str, Any] = {"images": len(by_image), "rows": len(rows), "invalid_rows": invalid,
-                                   "present": 0, "pulled": 0, "built": 0, "unavailable": {}}
-        try:
-            try:
-                free, root = await asyncio.to_thread(env.images.free_disk_gb)
-                summary["free_disk_gb"], summary["image_store"] = round(free, 1), root
-            except Exception as exc:  # noqa: BLE001 - reported below per image as well
-                summary["free_disk_gb"] = None
-                summary["engine_error"] = str(exc)
-            for image, image_rows in by_image.items():
-                if progress is not None:
-                    progress.set_postfix_str(image[-60:])
-                try:
-                    _, state = await env.ensure_image(image_rows[0], pull=True)
-                    summary[state] += 1
-                except ImageUnavailable as exc:
-                    summary["unavailable"][image] = str(exc)
-                if progress is not None:
-                    progress.update(len(image_rows))
-        finally:
-            await env.close()
-        if summary["unavailable"]:
-            lines = "\n".join(f"  {ref}: {why}" for ref, why in summary["unavailable"].items())
-            print(f"{len(summary['unavailable'])} of {len(by_image)} images cannot be had:\n{lines}", file=sys.stderr)
-            raise SystemExit(f"envs prepare swe: {len(summary['unavailable'])} image(s) unavailable (see above)")
-        return summary

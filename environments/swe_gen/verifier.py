@@ -138,6 +138,13 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
             raise ImageUnavailable("the row has no metadata.image and image_template names no image for it")
         return ref
 
+    async def ensure_image(self, row: SweGenRow, *, pull: bool | None = None) -> tuple[str, str]:
+        """(image reference, 'present' | 'pulled' | 'built'); raises ImageUnavailable."""
+        image = self.image_for(row)
+        docker_ref = self.cfg.image_template.format(instance_id=row.instance.instance_id,  # apptainer pulls from it
+                                                    sif_docker_ref=sif_docker_ref(image))
+        return image, await self.ensure_image_ref(image, pull=pull, docker_ref=docker_ref)
+
     def _limits(self, image: str):  # type: ignore[no-untyped-def]
         return self.sandbox_spec(image, self.cfg.repo_dir).limits
 
@@ -146,10 +153,7 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
         """(image, a fresh sandbox of it, the repository path in it): from the image's warm pool
         (reset before reuse) when warm_pool_size > 0, else created and destroyed here.
         Raises ImageUnavailable / SandboxError."""
-        image = self.image_for(row)
-        docker_ref = self.cfg.image_template.format(instance_id=row.instance.instance_id,  # apptainer pulls from it
-                                                    sif_docker_ref=sif_docker_ref(image))
-        await self.ensure_image_ref(image, docker_ref=docker_ref)
+        image, _ = await self.ensure_image(row)
         spec = self.sandbox_spec(image, self.cfg.repo_dir)
         pool = self.pool_for(image, spec)
         if pool is not None:

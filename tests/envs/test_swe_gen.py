@@ -96,3 +96,17 @@ async def test_over_http(serve_env, swe_tiny_image):
                                 response_from_text(edit_answer(BUGGY.rstrip("\n"), "    return total(values) / (len(values) - 1)")))
     assert reply["reward"] == 0.0 and reply["resolution"] == "RESOLVED_NO" and reply["mode"] == "eval"
     assert reply["tests_status"]["PASS_TO_PASS"]["tests/test_stats.py::StatsTest::test_total"] == "PASSED"
+
+
+async def test_prepare_pulls_what_rows_need(swe_tiny_image, capsys):
+    summary = await SweGenEnvironment.prepare(SweGenConfig(), [tiny_row("eval"), tiny_row("repro-gen"), {"not": "a row"}])
+    assert summary["images"] == 1 and summary["present"] == 1 and summary["invalid_rows"] == 1
+    gym_row = tiny_row("eval")
+    gym_row["metadata"]["image"] = "/swebench-images/verigym_no-such-image.sif"  # -> docker ref verigym/no-such-image
+    no_image = tiny_row("eval")
+    no_image["metadata"]["image"] = None
+    offline = SweGenConfig(registries=["localhost:1"], pull_timeout_s=30)
+    with pytest.raises(SystemExit, match="envs prepare swe_gen"):
+        await SweGenEnvironment.prepare(offline, [gym_row, no_image])
+    err = capsys.readouterr().err
+    assert "localhost:1/verigym/no-such-image" in err and "row 2" in err
