@@ -36,7 +36,8 @@ async def _run(mode: str, n: int, row: SweRow, patch: str) -> dict:
     try:
         await env.ensure_image(row)  # image build/lookup is not part of the per-grade cost
         if mode == "warm":
-            env._pool(env.image_for(row), row)  # noqa: SLF001 - start filling before the clock starts
+            image = env.image_for(row)
+            env.pool_for(image, env.sandbox_spec(image, row.repo_dir or env.cfg.repo_dir))  # start filling before the clock
             await asyncio.sleep(3)
         walls, timings = [], []
         for _ in range(n):
