@@ -133,12 +133,21 @@ class _Worker:
             pass
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask (a Slurm step's --cpus-per-task, a
+    container's --cpuset-cpus, taskset), not every core of the machine as os.cpu_count()."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity API on this platform
+        return os.cpu_count() or 1
+
+
 class CpuPool:
     """``await pool.run(fn, *args, timeout=s)``; ``fn`` must be a picklable top-level function."""
 
     def __init__(self, size: int | None = None, *, default_timeout: float = 30.0, preload: tuple[str, ...] = (),
                  memory_mb: int = 4096):
-        self.size = max(1, size or os.cpu_count() or 1)
+        self.size = max(1, size or usable_cpus())
         self.default_timeout = default_timeout
         self._workers = [_Worker(tuple(preload), memory_mb) for _ in range(self.size)]
         self._threads = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="cpu-pool")

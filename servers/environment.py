@@ -39,7 +39,7 @@ class EnvConfig(BaseModel):
     max_concurrent: int = Field(256, description="Verifications running at once in this server.")
     max_queued: int = Field(8192, description="Verifications waiting for a slot; beyond it: 503 + Retry-After.")
     verify_timeout_s: float = Field(120.0, description="Deadline of one /verify; past it the reply carries failure class 'timeout'.")
-    cpu_workers: int | None = Field(None, description="Process-pool size for CPU-bound scoring; null = number of cores.")
+    cpu_workers: int | None = Field(None, description="Process-pool size for CPU-bound scoring; null = the CPUs this process may run on (affinity).")
     cpu_task_timeout_s: float = Field(30.0, description="Deadline of one CPU-pool call; the worker is killed and replaced past it.")
     cpu_worker_memory_mb: int = Field(4096, description="Address-space limit of each CPU-pool worker.")
     session_ttl_s: float = Field(900.0, description="Idle sessions are closed and freed after this many seconds.")
@@ -114,6 +114,28 @@ def tool(description: str, *, name: str | None = None) -> Callable:
     return mark
 
 
+def endpoint(description: str, *, name: str | None = None) -> Callable:
+    """Mark ``async def method(self, request: RequestModel) -> dict`` as route ``POST /<name>``: a
+    stateless call beside ``/verify`` that is no model tool (genrm's ``/compare`` scores a whole
+    group). The body is validated against the annotated pydantic model (422 naming the field);
+    the returned dict is the JSON reply; a ``ValueError`` raised for a request that cannot be
+    served is a 422 with its message. Published on ``/info`` under ``endpoints``."""
+
+    def mark(fn: Callable) -> Callable:
+        fn.__verigym_endpoint__ = (name or fn.__name__, description)
+        return fn
+
+    return mark
+
+
+@dataclass
+class EndpointSpec:
+    name: str
+    description: str
+    request_model: type[BaseModel]
+    method_name: str
+
+
 RESERVED_ROUTES = frozenset({"verify", "seed_session", "aggregate_metrics", "mcp", "health", "metrics", "info"})
 
 
@@ -153,13 +175,25 @@ class Environment:
     agent_names: ClassVar[tuple[str, ...]] = ()
 
     _tools: ClassVar[dict[str, ToolSpec]] = {}
+    _endpoints: ClassVar[dict[str, EndpointSpec]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         tools: dict[str, ToolSpec] = {}
+        endpoints: dict[str, EndpointSpec] = {}
         for base in reversed(cls.__mro__[1:]):
             tools.update(getattr(base, "_tools", {}))
+            endpoints.update(getattr(base, "_endpoints", {}))
         for attr, fn in list(cls.__dict__.items()):
+            marked = getattr(fn, "__verigym_endpoint__", None)
+            if marked:
+                route_name, description = marked
+                params = list(inspect.signature(fn).parameters.values())
+                hints = inspect.get_annotations(fn, eval_str=True)
+                if route_name in RESERVED_ROUTES or len(params) != 2 or params[1].name not in hints:
+                    raise TypeError(f"{cls.__name__}.{attr}: an endpoint is 'async def {attr}(self, request: Model)' "
+                                    f"with a name that is not a reserved route ({sorted(RESERVED_ROUTES)})")
+                endpoints[route_name] = EndpointSpec(route_name, description, hints[params[1].name], attr)
             marker = getattr(fn, "__verigym_tool__", None)
             if not marker:
                 continue
@@ -171,7 +205,11 @@ class Environment:
             if len(params) != 3 or params[2].name not in hints:
                 raise TypeError(f"{cls.__name__}.{attr}: a tool is 'async def {attr}(self, session, args: ArgsModel)'")
             tools[tool_name] = ToolSpec(tool_name, description, hints[params[2].name], attr)
+        clash = set(tools) & set(endpoints)
+        if clash:
+            raise TypeError(f"{cls.__name__}: {sorted(clash)} is both a tool and an endpoint")
         cls._tools = tools
+        cls._endpoints = endpoints
 
     def __init__(self, config: EnvConfig | None = None, runtime: Runtime | None = None):
         self.config = config if config is not None else self.Config()
@@ -218,6 +256,10 @@ class Environment:
         return dict(cls._tools)
 
     @classmethod
+    def endpoints(cls) -> dict[str, EndpointSpec]:
+        return dict(cls._endpoints)
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         return {
             "name": cls.name,
@@ -229,4 +271,5 @@ class Environment:
             "agent_names": list(cls.agent_names),
             "row_fields": cls.Row.model_json_schema(),
             "tools": [spec.schema() for spec in cls._tools.values()],
+            "endpoints": {name: spec.description for name, spec in sorted(cls._endpoints.items())},
         }

@@ -293,3 +293,16 @@ async def test_info_and_root(serve, http):
     assert info["config"]["cpu_workers"] == 1 and "mode" in info["row_fields"]["properties"]
     async with http.get(server.url + "/") as r:
         assert await r.json() == {"status": "ok"}
+
+
+def test_cpu_pool_default_size_follows_the_affinity_mask():
+    """A Slurm step or a cpuset container sees every core in os.cpu_count(); the pool must size
+    itself to the CPUs it may actually use (one here), not spawn a worker per host core."""
+    import subprocess
+    import sys
+
+    code = ("import os; from servers.cpu_pool import CpuPool, usable_cpus; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "print(usable_cpus(), CpuPool(None).size, CpuPool(3).size)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.split() == ["1", "1", "3"]
