@@ -111,6 +111,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.blend:
         overrides.insert(0, f"data.blend={args.blend}")
+    if args.run or args.batch:  # a wrong profile fails before the data is prepared
+        from trainer.launch.profiles import ProfileError, load_profile
+
+        try:
+            load_profile(args.run or args.batch, args.env_file)
+        except ProfileError as exc:
+            print(f"driver run: {exc}", file=sys.stderr)
+            return 2
     try:
         cfg = load_config(args.config, overrides)
         if args.blend and args.config == "tiny" and args.blend != "tiny" and not any(o.startswith("logger.log_dir=") for o in overrides):

@@ -58,5 +58,8 @@ def run_engine_on_profile(args: argparse.Namespace, cfg: MasterConfig, envs: lis
         script = write_job_script(profile, job, attached=attached, wandb=wandb)
         print(f"# job script ({env_path} [{args.run or args.batch}]), written to {script}, not submitted\n"
               + render_job_script(profile, job, attached=attached, wandb=wandb))
+        if not envs and not cfg.env.urls:
+            print("# no environment servers in this script: they come from the prepared data "
+                  f"(`driver data prep --blend {cfg.data.blend}`), which a real submission prepares first")
         return 0
     return launch(profile, job, attached=attached, wandb=wandb)

@@ -220,7 +220,7 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
             'wait "$GATE_PID" || { log "the environment fleet did not become ready"; exit 1; }',
         ]
     else:
-        lines += ['echo "{}" > "$VERIGYM_FLEET_FILE"  # no environments to start (the trainer was given URLs)']
+        lines += ['echo "{}" > "$VERIGYM_FLEET_FILE"  # no environment servers to start']
     lines += [
         "",
         "# 4. The trainer; its exit status is the job's.",
