@@ -124,6 +124,8 @@ class LocalLeanChecker:
         return found is not None, found or f"{program} (not on PATH={path})"
 
     async def health(self) -> dict[str, Any]:
+        if self.image:  # the command runs inside the image: nothing on this host to look at
+            return {"ok": True, "checker": self.name, "command": self.command, "image": self.image}
         ok, where = self.command_found()
         report: dict[str, Any] = {"ok": ok, "checker": self.name, "command": self.command, "program": where}
         if self.project_dir:
