@@ -14,6 +14,7 @@ Routes
   POST /seed_session     row -> {"session_id"} + session cookie
   POST /aggregate_metrics
   POST /<tool_name>      tool call within the session named by the cookie
+  POST /<endpoint>       a stateless route the environment declares (@endpoint; genrm's /compare)
 
 Every POST must carry a JSON content type (``application/json`` or ``application/*+json``),
 else 415: a web page can POST ``text/plain`` (or a typeless body) to a server on localhost
@@ -85,7 +86,7 @@ class EnvServer:
             if match:
                 path = match.group(1) or "/"
         path = path.rstrip("/") or "/"
-        route = path if path in self._get or path in POST_ROUTES else "tool"
+        route = path if path in self._get or path in POST_ROUTES or path[1:] in self.env.endpoints() else "tool"
         try:
             response = await self._route(request, path)
         except Exception as exc:  # noqa: BLE001 - the server keeps serving whatever a handler does
@@ -98,7 +99,7 @@ class EnvServer:
         """The one method ``path`` answers, or None when no route or tool has that path."""
         if path in self._get:
             return "GET"
-        if path in POST_ROUTES or path[1:] in self.env.tools():
+        if path in POST_ROUTES or path[1:] in self.env.tools() or path[1:] in self.env.endpoints():
             return "POST"
         return None
 
@@ -139,6 +140,8 @@ class EnvServer:
         if path == "/aggregate_metrics":
             return _json(*await self.service.aggregate(body))
         name = path[1:]
+        if name in self.env.endpoints():
+            return _json(*await self.service.call_endpoint(name, body))
         if "/" in name:
             return _json(*error(404, f"no route {path}"))
         return _json(*await self.service.call_tool(name, body, session_id))

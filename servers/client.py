@@ -154,6 +154,13 @@ class EnvClient:
             raise EnvClientError(f"{env} /verify answered {status}: {payload}", status=status, body=payload)
         return payload
 
+    async def post(self, env: str, path: str, body: Any) -> tuple[int, Any]:
+        """POST ``body`` to route ``path`` of ``env`` (an environment's own endpoint, e.g. genrm's
+        ``/compare``), with the same balancing, caps and retries as ``verify``. Returns (status, json);
+        raises :class:`EnvClientError` once retries run out."""
+        status, payload, _ = await self._post(self._pick(env), path, body)
+        return status, payload
+
     async def seed_session(self, env: str, row: dict[str, Any]) -> SessionHandle:
         replica = self._pick(env)
         status, payload, cookies = await self._post(replica, "/seed_session", row)

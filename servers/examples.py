@@ -14,10 +14,15 @@ Each line of ``environments/<name>/data/example.jsonl`` is a NeMo-Gym row plus
 
 Stateful environments may add ``_script``: tool calls made between ``/seed_session`` and
 ``/verify``, each ``{"name": tool, "arguments": {...}, "expect": {subset of the output}}``.
+
+Consecutive rows with the same ``_cohort`` value are verified concurrently (an environment that
+scores the rollouts of one prompt together, genrm's cohort ``/verify``, answers none of them
+until all have arrived).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ from servers.wire import FAILURE_CLASS_KEY
 
 EXPECTED_KEY = "_expected"
 SCRIPT_KEY = "_script"
+COHORT_KEY = "_cohort"
 EXAMPLE_CONFIG = "example_config.yaml"
 
 
@@ -137,14 +143,29 @@ async def run_script_http(client: Any, env_name: str, row: dict[str, Any], state
     return session, problems
 
 
-async def check_inprocess(service: EnvService, rows: list[tuple[int, dict[str, Any]]]) -> list[ExampleResult]:
-    results = []
+def _batches(rows: list[tuple[int, dict[str, Any]]]) -> list[list[tuple[int, dict[str, Any]]]]:
+    """Rows in order, consecutive rows sharing a ``_cohort`` value grouped (each other row alone)."""
+    out: list[list[tuple[int, dict[str, Any]]]] = []
     for line, row in rows:
+        cohort = row.get(COHORT_KEY)
+        if cohort is not None and out and out[-1][0][1].get(COHORT_KEY) == cohort:
+            out[-1].append((line, row))
+        else:
+            out.append([(line, row)])
+    return out
+
+
+async def check_inprocess(service: EnvService, rows: list[tuple[int, dict[str, Any]]]) -> list[ExampleResult]:
+    async def one(line: int, row: dict[str, Any]) -> ExampleResult:
         expected = row.get(EXPECTED_KEY, {})
         session_id, problems = await run_script_inprocess(service, row)
         status, reply = await service.verify(row, session_id)
         problems += compare(expected, status, reply)
-        results.append(ExampleResult(line, not problems, expected, reply if isinstance(reply, dict) else {}, problems))
+        return ExampleResult(line, not problems, expected, reply if isinstance(reply, dict) else {}, problems)
+
+    results = []
+    for batch in _batches(rows):
+        results += await asyncio.gather(*(one(line, row) for line, row in batch))
     return results
 
 
@@ -153,8 +174,7 @@ async def check_http(client: Any, env_name: str, rows: list[tuple[int, dict[str,
     """Same as :func:`check_inprocess` against a running server, through :class:`servers.client.EnvClient`."""
     from servers.client import EnvClientError
 
-    results = []
-    for line, row in rows:
+    async def one(line: int, row: dict[str, Any]) -> ExampleResult:
         expected = row.get(EXPECTED_KEY, {})
         session, problems = await run_script_http(client, env_name, row, stateful)
         try:
@@ -163,5 +183,9 @@ async def check_http(client: Any, env_name: str, rows: list[tuple[int, dict[str,
         except EnvClientError as exc:
             status, reply = exc.status or 0, exc.body
         problems += compare(expected, status, reply)
-        results.append(ExampleResult(line, not problems, expected, reply if isinstance(reply, dict) else {}, problems))
+        return ExampleResult(line, not problems, expected, reply if isinstance(reply, dict) else {}, problems)
+
+    results = []
+    for batch in _batches(rows):
+        results += await asyncio.gather(*(one(line, row) for line, row in batch))
     return results

@@ -220,6 +220,31 @@ class EnvService:
             return 200, {"error": f"tool {name!r} failed: {type(exc).__name__}: {exc}"}
         return 200, result
 
+    async def call_endpoint(self, name: str, body: Any) -> Reply:
+        """A stateless route an environment declares with ``@endpoint`` (e.g. genrm's /compare)."""
+        spec = self.env.endpoints()[name]
+        try:
+            request = spec.request_model.model_validate(body if body is not None else {})
+        except ValidationError as exc:
+            return error(422, f"the request does not match /{name}'s fields", validation_detail(exc))
+        timeout = self.env.config.verify_timeout_s
+        async with self._slots:
+            self.metrics.in_flight += 1
+            try:
+                async with asyncio.timeout(timeout):
+                    return 200, await getattr(self.env, spec.method_name)(request)
+            except asyncio.TimeoutError:
+                return 504, {"error": f"/{name} passed its deadline ({timeout:g}s, config verify_timeout_s)",
+                             "detail": None, FAILURE_CLASS_KEY: FailureClass.TIMEOUT.value}
+            except ValueError as exc:  # the request is well-formed but cannot be served (e.g. too few items)
+                return error(422, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a bug in the endpoint: a visible 500, the server keeps serving
+                log.exception("endpoint /%s failed in %s", name, self.env.name)
+                return 500, {"error": f"/{name} failed: {type(exc).__name__}: {exc}", "detail": None,
+                             FAILURE_CLASS_KEY: FailureClass.VERIFIER_ERROR.value}
+            finally:
+                self.metrics.in_flight -= 1
+
     async def aggregate(self, body: Any) -> Reply:
         if not isinstance(body, dict) or not isinstance(body.get("verify_responses"), list):
             return error(422, "expected {\"verify_responses\": [...]}")

@@ -31,6 +31,9 @@ _CHAT_KEYS = {"model", "messages", "max_tokens", "max_completion_tokens", "tempe
 _RESPONSES_KEYS = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "stream",
                    "text", "top_logprobs", "chat_template_kwargs"}
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+# A GenRM's chat template adds roles for the two answers it compares (and an optional principle);
+# vLLM passes any role to the template, and so does this server (environments/genrm).
+_CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "response_1", "response_2", "principle")
 
 
 class BadRequest(Exception):
@@ -145,9 +148,8 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
         raise BadRequest("messages must be a non-empty list", param="messages")
     messages = []
     for i, msg in enumerate(raw):
-        if not isinstance(msg, dict) or msg.get("role") not in ("system", "developer", "user", "assistant", "tool"):
-            raise BadRequest("each message needs a role: system, developer, user, assistant or tool",
-                             param=f"messages[{i}]")
+        if not isinstance(msg, dict) or msg.get("role") not in _CHAT_ROLES:
+            raise BadRequest(f"each message needs a role: {', '.join(_CHAT_ROLES)}", param=f"messages[{i}]")
         out = {"role": "system" if msg["role"] == "developer" else msg["role"],
                "content": _text_of(msg.get("content"), f"messages[{i}].content")}
         if msg.get("tool_calls"):
