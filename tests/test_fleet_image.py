@@ -2,7 +2,8 @@
 
 Builds ``verigym-fleet`` with ``scripts/build_fleet_image.sh`` (registry-free: mmdebstrap
 bases cached in /var/cache/verigym, dependencies from PyPI), runs ``math`` and ``code`` in
-it with the image's default ulimits and user (non-root) and the two documented run flags,
+it with the image's default ulimits and user (non-root) and the documented run flags
+(``unmask=/proc/*`` and the seccomp profile of ``deploy/seccomp_profile.py``),
 waits for the image's own HEALTHCHECK, and scores both environments' example rows over HTTP
 (right answers 1, wrong 0, malformed rows 422). Without the flags, the sandboxed ``code``
 environment must refuse to report healthy and say why.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -31,12 +33,22 @@ pytestmark = [pytest.mark.podman, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "verigym-fleet:test"
-# The documented minimum for the bubblewrap sandbox inside the container (docs/deploying.md).
-SANDBOX_FLAGS = ["--security-opt", "seccomp=unconfined", "--security-opt", "unmask=/proc/*"]
 
 
 def _podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=check)
+
+
+@pytest.fixture(scope="module")
+def sandbox_flags(tmp_path_factory) -> list[str]:
+    """The documented minimum for bubblewrap inside the container (docs/deploying.md): /proc
+    unmasked, and the engine's default seccomp profile plus the calls bubblewrap needs."""
+    profile = tmp_path_factory.mktemp("seccomp") / "fleet-seccomp.json"
+    made = subprocess.run([sys.executable, str(ROOT / "deploy/seccomp_profile.py")], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"no default seccomp profile to derive from: {made.stderr.strip()}")
+    profile.write_text(made.stdout)
+    return ["--security-opt", f"seccomp={profile}", "--security-opt", "unmask=/proc/*"]
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +99,8 @@ class Container:
         _podman("rm", "-f", "-t", "5", self.name, check=False)
 
 
-async def test_fleet_image_serves_math_and_code_and_scores_their_examples(fleet_image):
-    container = Container(fleet_image, ["math", "code"], SANDBOX_FLAGS, ports=2)
+async def test_fleet_image_serves_math_and_code_and_scores_their_examples(fleet_image, sandbox_flags):
+    container = Container(fleet_image, ["math", "code"], sandbox_flags, ports=2)
     try:
         container.wait_healthy()
         user = _podman("exec", container.name, "id", "-u").stdout.strip()
