@@ -264,6 +264,9 @@ def _child_main(argv: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
+    # The sandbox's start-up report (backend, interpreter, inherited and effective limits,
+    # canary) is one line per server: always shown, whatever the log level.
+    logging.getLogger("verigym.sandbox").setLevel(logging.INFO)
 
     from servers import registry
     from servers.app import run_event_loop, serve_until_signalled
