@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 EPILOG = """examples:
   envs list
+  envs info swe --json                        # agent names, row schema, tools (as on /info)
+  envs validate --env swe --data rows.jsonl   # rows checked as /verify parses them
   envs serve math mcqa --port 8000            # math on :8000, mcqa on :8001
   envs serve math verify_timeout_s=30 mcqa.max_concurrent=64
   envs verify math --data rows.jsonl --output scored.jsonl
@@ -97,8 +99,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         split_overrides(args.names, args.overrides)
     except ServeError as exc:
         raise UsageError(str(exc)) from None
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
     return asyncio.run(serve_main(args.names, host=args.host, port=args.port, config_file=args.config,
-                                  overrides=args.overrides, ready_file=args.ready_file))
+                                  overrides=args.overrides, ready_file=args.ready_file, workers=args.workers))
 
 
 # ---- verify ------------------------------------------------------------------------------
@@ -306,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="port of the first environment, next ones +1; default: free ports")
     p.add_argument("--config", help="YAML config file ({key: v} or {NAME: {key: v}})")
     p.add_argument("--ready-file", help="write {\"urls\": {name: url}} here once all are healthy")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="server processes per environment, all on its one port (default: one per CPU this "
+                        "process may use); the CPU pool is split over them; sessions follow their worker")
     p.set_defaults(func=cmd_serve, overrides=[])
 
     p = sub.add_parser("verify", help="score rows (+ responses) from a JSONL file, in-process or via --url",
@@ -362,7 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.set_defaults(func=cmd_prepare)
 
+    from servers.cli_info import add_parsers as add_info_parsers
     from servers.model.cli import add_parser as add_model_parser
+
+    add_info_parsers(sub)  # envs info / envs validate: what environments publish, for the trainer
 
     add_model_parser(sub)  # envs model serve PATH_OR_PRESET: the local OpenAI-compatible model server
     return parser

@@ -77,6 +77,7 @@ class CodeConfig(SandboxConfig, EnvConfig):
 
 class CodeEnv(SandboxedEnvironment, Environment):
     name = "code"
+    agent_names = ("code_gen_simple_agent", "competitive_coding_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "coding"
     summary = "Competition Python code run against unit tests (stdin/stdout or fn_name) in a sandbox."
     needs = ("sandbox",)

@@ -76,6 +76,7 @@ class InstructionFollowingRow(RowModel):
 
 class InstructionFollowing(Environment):
     name = "instruction_following"
+    agent_names = ("instruction_following_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "instruction_following"
     summary = "IFEval's 25 verifiable instructions plus IF-RLVR and IFBench ids, strict and loose, binary or fractional reward."
     Row = InstructionFollowingRow

@@ -72,6 +72,7 @@ class _LRU:
 
 class MathEnvironment(MathJudgeFallback, Environment):
     name = "math"
+    agent_names = ("math_with_judge_simple_agent", "math_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "math"
     summary = "Final answer (last \\boxed{} or Answer: line) checked for equivalence with math-verify"
     Row = MathRow

@@ -71,6 +71,7 @@ class McqaConfig(EnvConfig):
 
 class McqaEnvironment(Environment):
     name = "mcqa"
+    agent_names = ("mcqa_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "knowledge"
     summary = "Multiple-choice letter (boxed / Answer: / row regex) checked against the expected letter"
     Row = McqaRow

@@ -51,6 +51,7 @@ class RGConfig(EnvConfig):
 
 class ReasoningGymEnvironment(Environment):
     name = "reasoning_gym"
+    agent_names = ("reasoning_gym_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "knowledge"
     summary = "reasoning-gym procedural tasks scored by the library's own per-task scorer; generates rows offline"
     Row = RGRow

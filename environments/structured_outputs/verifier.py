@@ -81,6 +81,7 @@ class StructuredOutputsRow(RowModel):
 
 class StructuredOutputs(Environment):
     name = "structured_outputs"
+    agent_names = ("structured_outputs_simple_agent", "structured_outputs_v4_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "instruction_following"
     summary = "Parses JSON/YAML/XML/TOML/CSV text or a tool call's arguments and validates it against the row's JSON Schema."
     Row = StructuredOutputsRow

@@ -45,6 +45,7 @@ def command_for_tests(row: SweRow, cfg: SweConfig) -> str:
 
 class SweEnvironment(InstanceSandboxes, Environment):
     name = "swe"
+    agent_names = ("swebench_openhands_agent", "swe_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "coding"
     summary = "Repository patch graded SWE-bench style in a fresh container (git apply, test patch, FAIL_TO_PASS/PASS_TO_PASS); agent sessions with exec/edit tools"
     needs = ("container",)

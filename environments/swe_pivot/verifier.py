@@ -64,6 +64,8 @@ class SwePivotConfig(EnvConfig):
 
 class SwePivotEnvironment(Environment):
     name = "swe_pivot"
+    agent_names = ("swe_pivot_simple_agent", "swe_pivot_tool_simulation_agent",
+                   "swe_pivot_single_step_tool_use_with_argument_comparison_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "agent"
     summary = "One coding-agent tool call vs the expected action (shell/path/editor-aware argument matching)"
     Row = SwePivotRow

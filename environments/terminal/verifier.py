@@ -119,6 +119,7 @@ def _tail(data: bytes, limit: int) -> tuple[str, bool]:
 
 class TerminalEnv(SandboxedEnvironment, Environment):
     name = "terminal"
+    agent_names = ("terminal_simple_agent", "terminus_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "agent"
     summary = "Shell tasks in a per-rollout sandbox: tool /exec, reward = the row's check command exits 0."
     needs = ("sandbox",)

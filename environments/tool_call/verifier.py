@@ -72,6 +72,7 @@ class ToolCallConfig(EnvConfig):
 
 class ToolCall(Environment):
     name = "tool_call"
+    agent_names = ("xlam_fc_simple_agent", "tool_call_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "agent"
     summary = ("Single-step function calling: the response's function_call items vs the expected calls "
                "(name, JSON-normalised arguments with numeric tolerance, order-insensitive).")

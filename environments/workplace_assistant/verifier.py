@@ -59,6 +59,7 @@ def _route(spec: WorkplaceTool) -> Any:
 
 class WorkplaceAssistant(Environment):
     name = "workplace_assistant"
+    agent_names = ("workplace_assistant_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "agent"
     summary = ("Multi-turn workplace tools (email, calendar, analytics, projects, CRM) over a per-session SQLite "
                "database; reward 1 when the final state equals the ground-truth replay.")
