@@ -8,7 +8,8 @@
 #      Built once; later builds reuse them.
 #   2. the image: deploy/Containerfile on those bases; pip fetches verigym's dependencies
 #      from PyPI in a stage rebuilt only when pyproject.toml changes.
-# The build context is the tracked files verigym needs (git ls-files), not the whole checkout.
+# The build context is the tracked files verigym needs (git ls-files), not the whole checkout
+# (outside a git checkout: those folders as they are).
 #
 #   bash scripts/build_fleet_image.sh                 # -> verigym-fleet:latest
 #   bash scripts/build_fleet_image.sh --tag my/fleet:1 --base-only --rebuild-base
@@ -70,9 +71,13 @@ make_base "$BUILDER" "$BUILD_PACKAGES"
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-# Tracked files only (an untracked experiment is not shipped); the working-tree content of each.
-git ls-files -z -- pyproject.toml README.md servers sandboxes environments trainer blends deploy \
-  | tar --null -T - -cf - | tar -xf - -C "$ctx"
+SOURCES=(pyproject.toml README.md servers sandboxes environments trainer blends deploy)
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  # Tracked files only (an untracked experiment is not shipped); the working-tree content of each.
+  git ls-files -z -- "${SOURCES[@]}" | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$ctx"
+else
+  tar --exclude=__pycache__ --exclude='*.egg-info' -cf - "${SOURCES[@]}" | tar -xf - -C "$ctx"
+fi
 # pip inside the build trusts what this host trusts (a TLS-intercepting proxy's CA included):
 # the bundle is a build secret, mounted for the pip steps only, never stored in the image.
 CA_BUNDLE=${VERIGYM_BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
