@@ -39,6 +39,7 @@ from aiohttp import web
 from servers.environment import Environment
 from servers.service import EnvService, error
 from servers.wire import SESSION_COOKIE
+from servers.worker_group import WorkerGroup
 
 log = logging.getLogger("verigym.server")
 
@@ -67,6 +68,7 @@ class EnvServer:
     def __init__(self, env: Environment):
         self.service = EnvService(env)
         self.env = env
+        self.group: WorkerGroup | None = None  # set when this is one worker of several (servers/prefork.py)
         self.max_body = int(env.config.max_body_mb * 1024 * 1024)
         self._get: dict[str, Callable[[web.Request], Awaitable[web.Response]]] = {
             "/": self._root, "/health": self._health, "/metrics": self._metrics, "/info": self._info,
@@ -86,6 +88,10 @@ class EnvServer:
             if match:
                 path = match.group(1) or "/"
         path = path.rstrip("/") or "/"
+        if self.group is not None:
+            routed = await self.group.intercept(self, request, path)
+            if routed is not None:  # whole-server /health, /metrics; another worker's session (it counts the call)
+                return routed
         route = path if path in self._get or path in POST_ROUTES or path[1:] in self.env.endpoints() else "tool"
         try:
             response = await self._route(request, path)
@@ -174,9 +180,13 @@ class EnvServer:
         stateful = self.env.stateful or bool(self.env.tools())
         return _json(200, "unsupported" if stateful else "stateless")
 
+    def metrics_text(self) -> str:
+        """This process's Prometheus text (one worker's, when there are several)."""
+        text = self.service.metrics.render(sessions=len(self.service.sessions))
+        return text + self.group.metrics_lines(self.env.name) if self.group is not None else text
+
     async def _metrics(self, _: web.Request) -> web.Response:
-        return web.Response(text=self.service.metrics.render(sessions=len(self.service.sessions)),
-                            content_type="text/plain", charset="utf-8")
+        return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8")
 
 
 def run_event_loop(main: Coroutine[Any, Any, Any]) -> Any:
@@ -205,11 +215,17 @@ def raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """A non-blocking TCP socket on ``host:port``. ``reuse_port``: SO_REUSEPORT, so the workers of
+    one server each listen on the same port and the kernel spreads connections over them."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
+    if not listen:
+        return sock
     sock.listen(8192)
     sock.setblocking(False)
     return sock
@@ -232,28 +248,40 @@ class RunningServer:
                 break
             await asyncio.sleep(0.02)
         await self.runner.cleanup()
+        if self.server.group is not None:
+            await self.server.group.close()
         await service.stop()
 
 
-async def start_server(env: Environment, host: str = "127.0.0.1", port: int = 0) -> RunningServer:
-    """Start ``env`` on ``host:port`` (0 = a free port) inside the running event loop."""
+async def start_server(env: Environment, host: str = "127.0.0.1", port: int = 0, *,
+                       sock: socket.socket | None = None, group: WorkerGroup | None = None) -> RunningServer:
+    """Start ``env`` on ``host:port`` (0 = a free port) inside the running event loop.
+
+    A worker of a multi-worker server (servers/prefork.py) passes its listening ``sock`` (shared
+    port) and its ``group``; it also answers its peers on the group's private Unix socket."""
     raise_fd_limit()
     server = EnvServer(env)
+    if group is not None:
+        server.group = group
+        server.service.sessions.id_prefix = group.session_prefix
     await server.service.start()
     runner = web.AppRunner(server.make_app(), handle_signals=False, access_log=None)
     await runner.setup()
-    sock = bind_socket(host, port)
+    sock = sock if sock is not None else bind_socket(host, port)
     site = web.SockSite(runner, sock)
     await site.start()
+    if group is not None:
+        await web.UnixSite(runner, group.own_socket).start()
     bound_port = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
     return RunningServer(server, runner, site, f"http://{shown_host}:{bound_port}")
 
 
 async def serve_until_signalled(env: Environment, host: str, port: int,
-                                on_ready: Callable[[str], None] | None = None) -> None:
+                                on_ready: Callable[[str], None] | None = None, *,
+                                sock: socket.socket | None = None, group: WorkerGroup | None = None) -> None:
     """Serve until SIGTERM/SIGINT: stop accepting, drain in-flight work, exit cleanly."""
-    running = await start_server(env, host, port)
+    running = await start_server(env, host, port, sock=sock, group=group)
     if on_ready:
         on_ready(running.url)
     stop = asyncio.Event()

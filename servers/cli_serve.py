@@ -34,6 +34,8 @@ from typing import Any
 
 import aiohttp
 
+from servers.cpu_pool import usable_cpus
+
 READY_MARK = "VERIGYM-READY "
 
 
@@ -127,8 +129,9 @@ async def _wait_healthy(url: str, timeout_s: float, name: str = "", progress: di
 async def spawn_servers(names: list[str], *, host: str = "127.0.0.1", port: int | None = None,
                         config_file: str | None = None, overrides: list[str] | None = None,
                         ready_timeout_s: float = 180.0, echo_output: bool = True,
-                        log_level: str = "WARNING", progress: dict[str, str] | None = None) -> list[Child]:
-    """Start one server process per name; return when all answer ``/health`` 200.
+                        log_level: str = "WARNING", progress: dict[str, str] | None = None,
+                        workers: int = 1) -> list[Child]:
+    """Start one server per name (``workers`` processes on its port); return when all answer ``/health`` 200.
 
     ``progress`` (optional) is kept up to date with what each environment is waiting for.
     A ``fatal`` 503 raises :class:`ServeError` at once; on any failure or cancellation every
@@ -140,7 +143,7 @@ async def spawn_servers(names: list[str], *, host: str = "127.0.0.1", port: int 
         for i, name in enumerate(names):
             # Overrides right after the name: argparse does not take positionals after options.
             cmd = [sys.executable, "-m", "servers.cli_serve", name, *per_env[name], "--host", host,
-                   "--port", str(0 if port is None else port + i), "--log-level", log_level]
+                   "--port", str(0 if port is None else port + i), "--log-level", log_level, "--workers", str(workers)]
             if config_file:
                 cmd += ["--config", config_file]
             process = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
@@ -189,7 +192,7 @@ def _print_table(children: list[Child]) -> None:
 
 
 async def serve_main(names: list[str], *, host: str, port: int | None, config_file: str | None,
-                     overrides: list[str], ready_file: str | None) -> int:
+                     overrides: list[str], ready_file: str | None, workers: int | None = None) -> int:
     stop = asyncio.Event()
     received: list[int] = []
     loop = asyncio.get_running_loop()
@@ -202,7 +205,8 @@ async def serve_main(names: list[str], *, host: str, port: int | None, config_fi
         loop.add_signal_handler(sig, on_signal, sig)
     progress: dict[str, str] = {}
     starting = asyncio.create_task(spawn_servers(names, host=host, port=port, config_file=config_file,
-                                                 overrides=overrides, progress=progress))
+                                                 overrides=overrides, progress=progress,
+                                                 workers=workers or usable_cpus()))
     stop_task = asyncio.create_task(stop.wait())
     await asyncio.wait([starting, stop_task], return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():
@@ -261,6 +265,7 @@ def _child_main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--config")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--workers", type=int, default=1, help="server processes on the one port (servers/prefork.py)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s {args.name} %(levelname)s %(message)s")
@@ -281,6 +286,10 @@ def _child_main(argv: list[str]) -> int:
     def on_ready(url: str) -> None:
         print(READY_MARK + json.dumps({"name": args.name, "url": url, "pid": os.getpid()}), flush=True)
 
+    if args.workers > 1:
+        from servers.prefork import Prefork
+
+        return Prefork(env, args.host, args.port, args.workers, cores=usable_cpus()).run(on_ready)
     run_event_loop(serve_until_signalled(env, args.host, args.port, on_ready=on_ready))
     return 0
 

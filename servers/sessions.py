@@ -32,6 +32,9 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._sweeper: asyncio.Task | None = None
         self.expired = 0
+        # Set by a multi-worker server (servers/worker_group.py): ids name the worker that owns
+        # the state ("w3-<hex>"), so any worker that accepts a later call can route it there.
+        self.id_prefix = ""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -44,7 +47,7 @@ class SessionStore:
         self._sweeper = asyncio.create_task(self._sweep_forever())
 
     def add(self, state: Any) -> Session:
-        session = Session(id=uuid.uuid4().hex, state=state)
+        session = Session(id=self.id_prefix + uuid.uuid4().hex, state=state)
         self._sessions[session.id] = session
         return session
 

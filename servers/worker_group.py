@@ -1,0 +1,248 @@
+"""One worker of a multi-worker server: session routing and whole-server /health and /metrics.
+
+``envs serve NAME --workers N`` runs N processes that accept on one port (SO_REUSEPORT, see
+``servers/prefork.py``); the kernel spreads connections over them by address hash, so the
+calls of one rollout may reach any of them. Session state (a SQLite database, a sandbox)
+cannot leave its process, so routing is sticky by session id instead:
+
+* a session id names its owner: ``w<index>-<hex>`` (``SessionStore.id_prefix``);
+* a call carrying another worker's session id is forwarded, unchanged, to that worker over
+  its private Unix socket (in a 0700 directory of the server's), and the owner's reply goes
+  back as is — status, body, ``Set-Cookie`` and ``Retry-After`` included;
+* stateless ``/verify`` (no session) is answered wherever it lands.
+
+``GET /health`` and ``GET /metrics`` describe the whole server, whichever worker answers:
+``/health`` is 200 only when every worker is healthy (``workers`` lists each one; ``checks``
+are the first unhealthy worker's, else the answering one's), and ``/metrics`` holds every
+worker's series with a ``worker`` label (sum over it for the server's totals). A peer's own
+view is asked with the ``X-Verigym-Worker-Local`` header, which is also how a forwarded call
+is marked so it is never forwarded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from servers.wire import SESSION_COOKIE
+
+if TYPE_CHECKING:
+    from servers.app import EnvServer
+
+LOCAL_HEADER = "X-Verigym-Worker-Local"
+SESSION_HEADER = "X-Verigym-Session"
+_OWNER = re.compile(r"^w(\d+)-")
+_FORWARD_REQUEST_HEADERS = ("Content-Type", "Cookie", SESSION_HEADER)
+_FORWARD_REPLY_HEADERS = ("Content-Type", "Retry-After", "Allow")
+_PEER_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5)
+_PEER_STATUS_TIMEOUT = aiohttp.ClientTimeout(total=10)
+
+
+def worker_socket(socket_dir: str | Path, index: int) -> str:
+    return str(Path(socket_dir) / f"w{index}.sock")
+
+
+def owner_of(session_id: str | None) -> int | None:
+    """The worker index a session id names, or None (no id, or an id of a one-worker server)."""
+    if not session_id:
+        return None
+    match = _OWNER.match(session_id)
+    return int(match.group(1)) if match else None
+
+
+def label_samples(text: str, worker: int) -> str:
+    """Prometheus text with ``worker="<i>"`` added to every sample (comments unchanged)."""
+    out = []
+    label = f'worker="{worker}"'
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            out.append(line)
+        elif "{" in line:
+            name, _, rest = line.partition("{")
+            out.append(f"{name}{{{label},{rest}")
+        else:
+            name, _, value = line.partition(" ")
+            out.append(f"{name}{{{label}}} {value}")
+    return "\n".join(out)
+
+
+def merge_families(texts: list[str]) -> str:
+    """Prometheus texts of several workers as one exposition: each family's ``# HELP``/``# TYPE``
+    once, then the samples of every worker (the format wants a family's samples together)."""
+    order: list[str] = []
+    heads: dict[str, list[str]] = {}
+    samples: dict[str, list[str]] = {}
+    for text in texts:
+        family, pending_help = "", []
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                pending_help = [line]
+                continue
+            if line.startswith("# TYPE "):
+                family = line.split()[2]
+                if family not in heads:
+                    order.append(family)
+                    heads[family] = pending_help + [line]
+                    samples[family] = []
+                pending_help = []
+                continue
+            if line and not line.startswith("#"):
+                if family not in samples:  # samples before any TYPE line: an untyped family of their own
+                    family = line.split("{", 1)[0].split(" ", 1)[0]
+                    order.append(family)
+                    heads[family], samples[family] = [], []
+                samples[family].append(line)
+    lines: list[str] = []
+    for family in order:
+        lines += heads[family] + samples[family]
+    return "\n".join(lines) + "\n"
+
+
+class WorkerGroup:
+    """What worker ``index`` of ``count`` knows about its peers."""
+
+    def __init__(self, index: int, count: int, socket_dir: str | Path):
+        self.index, self.count, self.socket_dir = index, count, str(socket_dir)
+        self.own_socket = worker_socket(socket_dir, index)
+        self._peers: dict[int, aiohttp.ClientSession] = {}
+        self.forwarded = 0
+        self.forward_errors = 0
+
+    @property
+    def session_prefix(self) -> str:
+        return f"w{self.index}-"
+
+    def _peer(self, index: int) -> aiohttp.ClientSession:
+        session = self._peers.get(index)
+        if session is None or session.closed:
+            connector = aiohttp.UnixConnector(path=worker_socket(self.socket_dir, index), limit=0)
+            session = aiohttp.ClientSession(connector=connector, timeout=_PEER_TIMEOUT,
+                                            cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",))
+            self._peers[index] = session
+        return session
+
+    async def close(self) -> None:
+        for session in self._peers.values():
+            await session.close()
+        self._peers.clear()
+
+    # ---- the hook EnvServer.dispatch calls ----------------------------------------------
+    async def intercept(self, server: "EnvServer", request: web.Request, path: str) -> web.Response | None:
+        """A reply when this request is the group's business (whole-server status, another
+        worker's session); None when this worker answers it as a one-worker server would."""
+        method = request.method
+        if LOCAL_HEADER in request.headers:
+            if method == "GET" and path == "/health":
+                status, body = await self._own_health(server)
+                return _json_reply(status, body)
+            return None
+        if method == "GET":
+            if path == "/health":
+                return await self._health(server)
+            if path == "/metrics":
+                return await self._metrics(server)
+            return None
+        if method != "POST" or path == "/seed_session":
+            return None
+        headers = request.headers
+        session_id = request.cookies.get(SESSION_COOKIE) if "Cookie" in headers else None
+        owner = owner_of(session_id or headers.get(SESSION_HEADER))
+        if owner is None or owner == self.index or not 0 <= owner < self.count:
+            return None  # ours, none, or an id no worker owns (answered 410 here)
+        return await self._forward(owner, request)
+
+    async def _forward(self, owner: int, request: web.Request) -> web.Response:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _json_reply(413, {"error": "request body is over the server's limit (config max_body_mb)",
+                                     "detail": None})
+        headers = {name: request.headers[name] for name in _FORWARD_REQUEST_HEADERS if name in request.headers}
+        headers[LOCAL_HEADER] = str(self.index)
+        self.forwarded += 1
+        try:
+            async with self._peer(owner).request(request.method, f"http://worker{request.rel_url}", data=body,
+                                                 headers=headers) as reply:
+                payload = await reply.read()
+                out = web.Response(status=reply.status, body=payload,
+                                   headers={k: reply.headers[k] for k in _FORWARD_REPLY_HEADERS if k in reply.headers})
+                for cookie in reply.headers.getall("Set-Cookie", ()):
+                    out.headers.add("Set-Cookie", cookie)
+                return out
+        except (aiohttp.ClientError, OSError) as exc:
+            # The owner is restarting (its sessions are gone with it): retry, then start over.
+            self.forward_errors += 1
+            return _json_reply(503, {"error": f"the worker holding this session (w{owner}) does not answer: "
+                                              f"{type(exc).__name__}; retry, or seed a new session if it stays gone",
+                                     "detail": None}, headers={"Retry-After": "1"})
+
+    async def _ask_peers(self, path: str) -> dict[int, tuple[int, bytes]]:
+        async def ask(index: int) -> tuple[int, bytes]:
+            try:
+                async with self._peer(index).get(f"http://worker{path}", headers={LOCAL_HEADER: str(self.index)},
+                                                 timeout=_PEER_STATUS_TIMEOUT) as reply:
+                    return reply.status, await reply.read()
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                return 0, f"{type(exc).__name__}: {exc}".encode()
+
+        peers = [i for i in range(self.count) if i != self.index]
+        answers = await asyncio.gather(*(ask(i) for i in peers))
+        return dict(zip(peers, answers))
+
+    async def _own_health(self, server: "EnvServer") -> tuple[int, dict[str, Any]]:
+        status, body = await server.service.health()
+        return status, {**body, "worker": self.index, "pid": os.getpid()}
+
+    async def _health(self, server: "EnvServer") -> web.Response:
+        own_status, own = await self._own_health(server)
+        workers: list[dict[str, Any]] = []
+        checks, first_bad = own.get("checks", {}), None
+        peers = await self._ask_peers("/health")
+        for index in range(self.count):
+            if index == self.index:
+                status, body = own_status, own
+            else:
+                status, raw = peers[index]
+                try:
+                    body = orjson.loads(raw) if status else {"status": "unreachable", "error": raw.decode()}
+                except orjson.JSONDecodeError:
+                    body = {"status": "unreadable"}
+            workers.append({"worker": index, "pid": body.get("pid"), "status": status, "state": body.get("status")})
+            if status != 200 and first_bad is None:
+                first_bad = body
+        if first_bad is not None:
+            checks = first_bad.get("checks", checks)
+        ok = first_bad is None
+        return _json_reply(200 if ok else 503, {"status": "ok" if ok else "unavailable", "checks": checks,
+                                                "workers": workers, "answered_by": self.index})
+
+    async def _metrics(self, server: "EnvServer") -> web.Response:
+        texts = [label_samples(server.metrics_text(), self.index)]
+        for index, (status, raw) in sorted((await self._ask_peers("/metrics")).items()):
+            if status == 200:
+                texts.append(label_samples(raw.decode(), index))
+        env, answering = server.env.name, len(texts)
+        texts.append("# HELP verigym_workers Server processes accepting on this port.\n"
+                     f'# TYPE verigym_workers gauge\nverigym_workers{{env="{env}"}} {self.count}\n'
+                     "# HELP verigym_workers_answering Workers that answered this scrape.\n"
+                     f'# TYPE verigym_workers_answering gauge\nverigym_workers_answering{{env="{env}"}} {answering}\n')
+        return web.Response(text=merge_families(texts), content_type="text/plain", charset="utf-8")
+
+    def metrics_lines(self, env: str) -> str:
+        """This worker's forwarding counters (part of its own /metrics text)."""
+        return ("# HELP verigym_forwarded_total Session calls this worker passed to the worker owning the session.\n"
+                f'# TYPE verigym_forwarded_total counter\nverigym_forwarded_total{{env="{env}"}} {self.forwarded}\n'
+                "# HELP verigym_forward_errors_total Forwarded calls whose owner did not answer (503 + Retry-After).\n"
+                f"# TYPE verigym_forward_errors_total counter\n"
+                f'verigym_forward_errors_total{{env="{env}"}} {self.forward_errors}\n')
+
+
+def _json_reply(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=headers)

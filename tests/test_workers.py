@@ -1,0 +1,164 @@
+"""``envs serve NAME --workers N``: N processes on one port, sessions routed to their worker,
+whole-server /health and /metrics, a killed worker restarted, a clean stop.
+
+Every request here goes over a NEW connection (``force_close``): the kernel picks a worker
+per connection (SO_REUSEPORT), so a session's calls land on both workers and only the
+routing by session id can keep them on its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from servers import registry
+from servers.cli_serve import spawn_servers, stop_servers
+from servers.examples import EXPECTED_KEY, SCRIPT_KEY, compare, load_examples
+from servers.prefork import pool_share
+from servers.wire import response_from_text
+from servers.worker_group import label_samples, merge_families, owner_of
+
+ENV_DIR = Path(__file__).parent / "server_envs"
+JSON = {"Content-Type": "application/json"}
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(autouse=True)
+def _probe_on_path(monkeypatch):
+    monkeypatch.setenv("VERIGYM_ENV_PATH", str(ENV_DIR))
+
+
+def _fresh_connections() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar())
+
+
+def _worker_pids(master: int) -> list[int]:
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    return [int(pid) for pid in children if "servers.cli_serve" in Path(f"/proc/{pid}/cmdline").read_text()]
+
+
+async def _post(http: aiohttp.ClientSession, url: str, body: Any, session_id: str | None = None) -> tuple[int, Any]:
+    headers = {**JSON, "Cookie": f"verigym_session={session_id}"} if session_id else JSON
+    async with http.post(url, json=body, headers=headers) as r:
+        return r.status, await r.json()
+
+
+def test_pool_share_splits_the_cpu_pool_over_the_workers():
+    assert pool_share(None, 2, 2) == 1 and pool_share(None, 1, 8) == 8 and pool_share(None, 8, 8) == 1
+    assert pool_share(6, 4, 8) == 2 and pool_share(1, 4, 8) == 1  # at least one each, never N x cores
+
+
+def test_metrics_of_several_workers_merge_into_one_exposition():
+    one = "# HELP a_total A.\n# TYPE a_total counter\na_total{env=\"e\"} 1\n# TYPE b gauge\nb 2\n"
+    merged = merge_families([label_samples(one, 0), label_samples(one, 1)])
+    assert merged.splitlines() == ["# HELP a_total A.", "# TYPE a_total counter", 'a_total{worker="0",env="e"} 1',
+                                   'a_total{worker="1",env="e"} 1', "# TYPE b gauge", 'b{worker="0"} 2',
+                                   'b{worker="1"} 2']
+    assert owner_of("w1-abc") == 1 and owner_of("abc") is None and owner_of(None) is None
+
+
+async def test_interleaved_sessions_reach_their_state_on_either_worker():
+    (child,) = await spawn_servers(["probe"], workers=2, echo_output=False)
+    url = child.url
+    try:
+        async with _fresh_connections() as http:
+            seeded = [await _post(http, url + "/seed_session", {"responses_create_params": {"input": "q"},
+                                                                "tag": i}) for i in range(16)]
+            ids = [reply["session_id"] for status, reply in seeded if status == 200]
+            assert len(ids) == 16 and {owner_of(i) for i in ids} == {0, 1}, ids
+            # Session i is bumped i % 4 + 1 times, the calls of all sessions interleaved.
+            for round_ in range(4):
+                for i, session_id in enumerate(ids):
+                    if round_ <= i % 4:
+                        status, out = await _post(http, url + "/bump", {"by": 1}, session_id)
+                        assert status == 200 and out == {"count": round_ + 1, "tag": i}, out
+            replies = await asyncio.gather(*(
+                _post(http, url + "/verify", {"responses_create_params": {"input": "q"}, "mode": "session",
+                                              "target": i % 4 + 1, "response": response_from_text("x")}, session_id)
+                for i, session_id in enumerate(ids)))
+            assert [(status, reply["reward"]) for status, reply in replies] == [(200, 1.0)] * 16
+            async with http.get(url + "/metrics") as r:
+                metrics = await r.text()
+            async with http.get(url + "/health") as r:
+                health = await r.json()
+        forwarded = [line for line in metrics.splitlines() if line.startswith("verigym_forwarded_total")]
+        assert len(forwarded) == 2 and sum(float(line.split()[-1]) for line in forwarded) > 0
+        assert 'verigym_sessions{worker="0",env="probe"}' in metrics and "verigym_workers{env=\"probe\"} 2" in metrics
+        verified = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                       if line.startswith("verigym_verify_seconds_count"))
+        assert verified == 16  # each verification counted once, by the worker that ran it
+        assert health["status"] == "ok" and [w["status"] for w in health["workers"]] == [200, 200]
+    finally:
+        codes = await stop_servers([child])
+    assert codes == {"probe": 0}
+
+
+async def test_workplace_sessions_interleaved_across_workers_score_like_in_process():
+    """Real multi-turn rollouts (per-session SQLite): every example's tool calls interleaved with
+    the others', each call on a new connection, then all verified at once."""
+    rows = [row for _, row in load_examples(registry.get("workplace_assistant").example_path)
+            if row.get(SCRIPT_KEY) and row.get(EXPECTED_KEY, {}).get("status", 200) == 200]
+    (child,) = await spawn_servers(["workplace_assistant"], workers=2, echo_output=False)
+    url = child.url
+    try:
+        async with _fresh_connections() as http:
+            sessions = []
+            for row in rows:
+                status, reply = await _post(http, url + "/seed_session", row)
+                assert status == 200, reply
+                sessions.append(reply["session_id"])
+            assert {owner_of(s) for s in sessions} == {0, 1}
+            problems: list[str] = []
+            for step in range(max(len(row[SCRIPT_KEY]) for row in rows)):
+                for row, session_id in zip(rows, sessions):
+                    if step < len(row[SCRIPT_KEY]):
+                        call = row[SCRIPT_KEY][step]
+                        status, out = await _post(http, f"{url}/{call['name']}", call.get("arguments", {}), session_id)
+                        assert status == 200, out
+                        for key, value in call.get("expect", {}).items():
+                            if out.get(key) != value:
+                                problems.append(f"{call['name']}: {key}={out.get(key)!r}, expected {value!r}")
+            clean = [{k: v for k, v in row.items() if k not in (EXPECTED_KEY, SCRIPT_KEY)} for row in rows]
+            replies = await asyncio.gather(*(_post(http, url + "/verify", body, s) for body, s in zip(clean, sessions)))
+        for row, (status, reply) in zip(rows, replies):
+            problems += compare(row[EXPECTED_KEY], status, reply)
+        assert not problems, problems
+    finally:
+        await stop_servers([child])
+
+
+async def test_a_killed_worker_is_restarted_and_the_other_keeps_its_sessions():
+    (child,) = await spawn_servers(["probe"], workers=2, echo_output=False, log_level="ERROR")
+    url = child.url
+    try:
+        async with _fresh_connections() as http:
+            ids: dict[int, str] = {}
+            while len(ids) < 2:
+                _, reply = await _post(http, url + "/seed_session", {"responses_create_params": {"input": "q"}})
+                ids.setdefault(owner_of(reply["session_id"]), reply["session_id"])
+            async with http.get(url + "/health") as r:
+                workers = (await r.json())["workers"]
+            assert sorted(w["pid"] for w in workers) == sorted(_worker_pids(child.process.pid))
+            victim = workers[0]["pid"]
+            os.kill(victim, signal.SIGKILL)
+            for _ in range(300):  # restarted: the whole server healthy again, with a new worker 0
+                async with http.get(url + "/health") as r:
+                    if r.status == 200 and victim not in _worker_pids(child.process.pid):
+                        break
+                await asyncio.sleep(0.1)
+            assert r.status == 200 and len(_worker_pids(child.process.pid)) == 2
+            status, out = await _post(http, url + "/bump", {"by": 2}, ids[1])
+            assert status == 200 and out["count"] == 2  # worker 1's session lived on
+            status, out = await _post(http, url + "/bump", {"by": 1}, ids[0])
+            assert status == 410, out  # worker 0's state died with it: the rollout must re-seed
+    finally:
+        codes = await stop_servers([child])
+    assert codes == {"probe": 0}
