@@ -2,7 +2,7 @@
 
 A blend says where rows come from (a Hugging Face dataset repo + file, local JSONL files,
 or an environment's offline generator), how ``_hf_placeholder`` rows are resolved, how the
-validation split is cut, how a row's ``agent_ref.name`` maps to one of our environments,
+validation split is cut, extra ``agent_ref.name`` -> environment routes (environments declare their own),
 and optional per-environment weights, curriculum and low-effort conversion.
 
 Unknown keys are errors naming the closest valid key (a misspelt key silently ignored is
@@ -13,77 +13,12 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 BLENDS_DIR = Path(__file__).resolve().parent.parent / "blends"
-
-# NeMo-Gym agent names seen in the Nemotron blends -> our environment names. Blends may
-# extend or override this with their own ``agent_map``.
-DEFAULT_AGENT_MAP: dict[str, str] = {
-    "math_with_judge_simple_agent": "math",
-    "math_simple_agent": "math",
-    "math_with_code_simple_agent": "math_python",
-    "math_python_simple_agent": "math_python",
-    "ns_tools_simple_agent": "math_python",
-    "math_formal_lean_simple_agent": "math_formal_lean",
-    "math_formal_lean_refinement_agent": "math_formal_lean",
-    "mcqa_simple_agent": "mcqa",
-    "instruction_following_simple_agent": "instruction_following",
-    "code_gen_simple_agent": "code",
-    "competitive_coding_simple_agent": "code",
-    "structured_outputs_simple_agent": "structured_outputs",
-    "xlam_fc_simple_agent": "tool_call",
-    "tool_call_simple_agent": "tool_call",
-    "workplace_assistant_simple_agent": "workplace_assistant",
-    "ruler_simple_agent": "long_context",
-    "long_context_simple_agent": "long_context",
-    "reasoning_gym_simple_agent": "reasoning_gym",
-    "terminal_simple_agent": "terminal",
-    "terminus_simple_agent": "terminal",
-    "swe_pivot_simple_agent": "swe",
-    "swebench_openhands_agent": "swe",
-    "swe_agent": "swe",
-    "swerl_gen_simple_agent": "swe_gen",
-    "multichallenge_simple_agent": "multichallenge",
-    "equivalence_llm_judge_simple_agent": "equivalence_llm_judge",
-    "nl2bash_equivalency_simple_agent": "nl2bash_equivalency",
-    "nl2bash-equivalency_simple_agent": "nl2bash_equivalency",
-    "lc_judge_simple_agent": "long_context",
-    "inverse_if_simple_agent": "inverse_if",
-    "over_refusal_detection_simple_agent": "over_refusal",
-    "jailbreak_detection_simple_agent": "jailbreak",
-    "jailbreak_engagement_with_disclaimer": "jailbreak",
-    "jailbreak_refusal_with_explanation": "jailbreak",
-    "jailbreak_hard_refusal_no_redirection": "jailbreak",
-    "jailbreak_hard_refusal_with_helplines": "jailbreak",
-    "calendar_simple_agent": "calendar",
-    "genrm_simple_agent": "genrm",
-    "genrm_simple_agent_reasoning_off": "genrm",
-    "genrm_compare_simple_agent": "genrm",
-    "calendar_agent": "calendar",
-    "single_step_tool_use_with_argument_comparison_agent": "next_action",
-    "search_pivot_single_step_tool_use_with_argument_comparison_agent": "next_action",
-    "toolcall_schema_single_step_tool_use_with_argument_comparison_agent": "next_action",
-    "parallel_tool_calls_single_step_tool_use_with_argument_comparison_agent": "next_action",
-    "terminal_multi_harness_agent": "next_action",
-    "terminal_multi_harness_codex_agent": "next_action",
-    "terminal_multi_harness_opencode_agent": "next_action",
-    "terminal_multi_harness_stirrup_agent": "next_action",
-    "terminal_multi_harness_agent006_agent": "next_action",
-    "single_step_tool_use_with_argument_comparison_agent": "next_action",
-    "search_pivot_single_step_tool_use_with_argument_comparison_agent": "next_action",
-    "toolcall_schema_single_step_tool_use_with_argument_comparison_agent": "next_action",
-    "parallel_tool_calls_single_step_tool_use_with_argument_comparison_agent": "next_action",
-    "terminal_multi_harness_agent": "next_action",
-    "terminal_multi_harness_codex_agent": "next_action",
-    "terminal_multi_harness_opencode_agent": "next_action",
-    "terminal_multi_harness_stirrup_agent": "next_action",
-    "terminal_multi_harness_agent006_agent": "next_action",
-}
-
 
 class BlendError(ValueError):
     pass
@@ -196,16 +131,32 @@ class Blend(_Strict):
 
     @property
     def agents(self) -> dict[str, str]:
-        return {**DEFAULT_AGENT_MAP, **self.agent_map}
+        """Agent name -> environment: what the installed environments declare (their
+        ``agent_names``, read through :mod:`trainer.env_catalog`), this blend's ``agent_map`` on top."""
+        return self.routes_with()
 
-    def env_for(self, row: dict[str, Any]) -> str | None:
-        """Our environment name for a row: its ``agent_ref.name`` through the agent map
-        (an agent name that already is an environment name maps to itself)."""
+    def routes_with(self, routes: Mapping[str, str] | None = None) -> dict[str, str]:
+        """:attr:`agents` from given environment routes (e.g. a served fleet's ``/info``)."""
+        if routes is None:
+            from trainer.env_catalog import installed
+
+            routes = installed().routes()
+        return {**routes, **self.agent_map}
+
+    def env_for(self, row: dict[str, Any], routes: Mapping[str, str] | None = None) -> str | None:
+        """Our environment name for a row: its ``agent_ref.name`` through :meth:`agents` (an
+        agent name nothing declares maps to itself, and then fails as an unknown environment)."""
         ref = row.get("agent_ref")
         name = ref.get("name") if isinstance(ref, dict) else None
         if name is None:
             return self.default_env
-        return self.agents.get(name, name)
+        if name in self.agent_map:
+            return self.agent_map[name]
+        if routes is None:
+            from trainer.env_catalog import installed
+
+            routes = installed().routes()
+        return routes.get(name, name)
 
 
 def _closest_key_errors(exc: ValidationError) -> str:

@@ -12,8 +12,9 @@ bad rows must be reported by line number. Hub files are fetched with ``huggingfa
 (the datasets library's own downloader); placeholder *source* datasets are loaded with
 ``datasets``.
 
-Validation reads each environment's row schema (``Row.model_json_schema()``) through the
-registry and checks rows with ``jsonschema`` — no environment scoring code runs here.
+Routing and validation come from the environments themselves, across a process boundary
+(:mod:`trainer.env_catalog`: ``envs info`` for the agent names each declares, ``envs validate``
+for its row model): no environment module is imported here.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ from typing import Any, Iterator
 import orjson
 from tqdm import tqdm
 
+from trainer import env_catalog
 from trainer.blends import Blend, Source
+from trainer.env_catalog import EnvCatalog
 from trainer.placeholders import PLACEHOLDER_KEY, PlaceholderError, SourceTables, resolve_row
 
-PREP_VERSION = 1
+PREP_VERSION = 2  # 2: rows validated by the environment's own row model (envs validate), routes in the manifest
+VALIDATE_CHUNK = 20_000  # rows per `envs validate` call: one child process each, a progress step each
 
 
 class DataPrepError(RuntimeError):
@@ -158,47 +162,47 @@ def _read_jsonl(path: Path, label: str, default_agent: str | None,
 
 # ---- validation ----------------------------------------------------------------------------
 class RowValidator:
-    """Checks that a row routes to a known environment and matches that environment's
-    declared row schema. Schemas are read once per environment."""
+    """Routes each row once (``agent_ref.name`` -> environment, from the environments' declared
+    agent names and the blend's ``agent_map``) and checks it the way that environment's server
+    will: with its own row model, in a child process (:mod:`trainer.env_catalog`), so no
+    environment code is imported here and data prep accepts exactly what ``/verify`` accepts."""
 
-    def __init__(self, blend: Blend, known_envs: dict[str, Any] | None = None):
-        from servers import registry
-
+    def __init__(self, blend: Blend, catalog: EnvCatalog | None = None):
         self.blend = blend
-        self.entries = known_envs if known_envs is not None else registry.discover()
-        self._validators: dict[str, Any] = {}
+        self.catalog = catalog if catalog is not None else env_catalog.installed()
+        self.routes = blend.routes_with(self.catalog.routes())
 
-    def _validator(self, env: str) -> Any:
-        if env not in self._validators:
-            import jsonschema
+    def route(self, row: dict[str, Any]) -> str | None:
+        return self.blend.env_for(row, self.routes)
 
-            schema = self.entries[env].load_class().Row.model_json_schema()
-            self._validators[env] = jsonschema.Draft202012Validator(schema)
-        return self._validators[env]
-
-    def check(self, row: dict[str, Any]) -> str | None:
-        """None when the row is fine, else the reason it is not."""
+    def _precheck(self, row: dict[str, Any]) -> str | None:
         if PLACEHOLDER_KEY in row:
             return f"unresolved {PLACEHOLDER_KEY} row (dataset {row.get('dataset')!r}): set placeholders.resolve"
-        env = self.blend.env_for(row)
+        env = self.route(row)
         if env is None:
             return "no agent_ref.name and the blend sets no default_env"
-        if env not in self.entries:
+        if env not in self.catalog.described:
             agent = (row.get("agent_ref") or {}).get("name")
             return (f"agent_ref.name {agent!r} routes to environment {env!r}, which is not installed "
-                    f"(known: {', '.join(sorted(self.entries))}); map it in the blend's agent_map")
+                    f"(known: {', '.join(self.catalog.names)}); map it in the blend's agent_map")
+        broken = self.catalog.error_of(env)
+        if broken:
+            return f"environment {env!r} could not be loaded to read its row fields: {broken}"
         params = row.get("responses_create_params")
         if not isinstance(params, dict) or not params.get("input"):
             return "responses_create_params.input is missing or empty"
-        try:
-            validator = self._validator(env)
-        except Exception as exc:  # noqa: BLE001 - a broken environment is reported against its rows
-            return f"environment {env!r} could not be loaded to read its row fields: {type(exc).__name__}: {exc}"
-        error = next(iter(validator.iter_errors(row)), None)
-        if error is not None:
-            where = ".".join(str(p) for p in error.absolute_path) or "(row)"
-            return f"does not match {env}'s row fields at {where}: {error.message[:300]}"
         return None
+
+    def check_all(self, rows: list[dict[str, Any]]) -> list[str | None]:
+        """None for each row its environment accepts, else the reason it does not."""
+        reasons = [self._precheck(r) for r in rows]
+        pending = [i for i, reason in enumerate(reasons) if reason is None]
+        for i, reason in zip(pending, env_catalog.validate_rows((self.route(rows[i]) or "", rows[i]) for i in pending)):
+            reasons[i] = reason
+        return reasons
+
+    def check(self, row: dict[str, Any]) -> str | None:
+        return self.check_all([row])[0]
 
 
 # ---- transforms ------------------------------------------------------------------------------
@@ -331,15 +335,17 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
 
     validator = RowValidator(blend)
     bad_ids = {id(r.row) for r in rejected}
+    candidates = [r for r in loaded if id(r.row) not in bad_ids]
     valid: list[Loaded] = []
-    for r in tqdm(loaded, desc="validate", unit="row", disable=not opts.progress, mininterval=0.5):
-        if id(r.row) in bad_ids:
-            continue
-        reason = validator.check(r.row)
-        if reason:
-            rejected.append(Rejected(r.source, r.line, reason, r.row))
-        else:
-            valid.append(r)
+    with tqdm(total=len(candidates), desc="validate", unit="row", disable=not opts.progress) as bar:
+        for start_at in range(0, len(candidates), VALIDATE_CHUNK):
+            chunk = candidates[start_at:start_at + VALIDATE_CHUNK]
+            for r, reason in zip(chunk, validator.check_all([r.row for r in chunk])):
+                if reason:
+                    rejected.append(Rejected(r.source, r.line, reason, r.row))
+                else:
+                    valid.append(r)
+            bar.update(len(chunk))
     rejected.sort(key=lambda x: (x.source, x.line))
     if rejected and not opts.skip_invalid:
         shown = "\n".join("  " + x.describe() for x in rejected[:20])
@@ -370,7 +376,7 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
         rejected_path.unlink()
 
     def counts(rows: list[Loaded]) -> dict[str, int]:
-        return dict(sorted(Counter(blend.env_for(r.row) or "?" for r in rows).items()))
+        return dict(sorted(Counter(validator.route(r.row) or "?" for r in rows).items()))
 
     outputs = {name: sha256_file(out / name) for name in split_names}
     manifest = {
@@ -386,7 +392,7 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
                    "curriculum_dropped": dropped_easy, "weights_delta": len(train) - before_weights,
                    "low_effort_converted": low_effort, "train_per_env": counts(train), "val_per_env": counts(val),
                    "test_per_env": counts(test)},
-        "agent_map": {k: v for k, v in blend.agents.items()},
+        "agent_map": dict(validator.routes),
         "outputs": outputs, "seconds": round(time.perf_counter() - start, 2),
     }
     manifest_path.write_text(json.dumps(manifest, indent=2))

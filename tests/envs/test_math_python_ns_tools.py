@@ -8,7 +8,6 @@ import pytest
 from environments.math_python.verifier import MathPythonEnv, MathPythonRow
 from servers.client import EnvClientError
 from servers.wire import response_from_text
-from trainer.blends import DEFAULT_AGENT_MAP
 
 TOOL = {"type": "function", "name": "stateful_python_code_exec",
         "description": "Execute Python code in a stateful Jupyter notebook environment.",
@@ -73,5 +72,4 @@ def test_gold_answer_fields():
 def test_routing_names():
     assert "ns_tools_simple_agent" in MathPythonEnv.agent_names
     assert "stateful_python_code_exec" in MathPythonEnv.tools()
-    for name in MathPythonEnv.agent_names:
-        assert DEFAULT_AGENT_MAP[name] == "math_python"
+    assert MathPythonEnv.describe()["agent_names"] == list(MathPythonEnv.agent_names)

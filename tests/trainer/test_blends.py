@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import yaml
 
-from trainer.blends import DEFAULT_AGENT_MAP, BlendError, available, load_blend
+from trainer.blends import BlendError, available, load_blend
+from trainer.env_catalog import CatalogError, EnvCatalog, installed
 
 
 def test_all_shipped_blends_load():
@@ -35,7 +39,37 @@ def test_agent_routing():
     assert b.env_for({"agent_ref": {"name": "mcqa_simple_agent"}}) == "mcqa"
     assert b.env_for({"agent_ref": {"name": "code"}}) == "code"  # an env name routes to itself
     assert b.env_for({}) is None
-    assert DEFAULT_AGENT_MAP["instruction_following_simple_agent"] == "instruction_following"
+    assert b.env_for({"agent_ref": {"name": "instruction_following_simple_agent"}}) == "instruction_following"
+    # the swe_pivot agents go to the one-step swe_pivot grader, not the container-based swe
+    assert b.env_for({"agent_ref": {"name": "swe_pivot_simple_agent"}}) == "swe_pivot"
+    assert b.env_for({"agent_ref": {"name": "swe_pivot_tool_simulation_agent"}}) == "swe_pivot"
+
+
+def test_routes_come_from_what_environments_declare():
+    """Every agent name routes to the environment that lists it in agent_names (envs info, a
+    child process: the trainer imports no environment), and a blend's agent_map wins."""
+    catalog = installed()
+    routes = catalog.routes()
+    for env, info in catalog.described.items():
+        assert "error" not in info, (env, info)
+        assert routes[env] == env
+        for agent in info["agent_names"]:
+            assert routes[agent] == env
+    probe = ("import sys; from trainer.blends import load_blend; from trainer.data_prep import RowValidator; "
+             "v = RowValidator(load_blend('tiny')); assert v.route({'agent_ref': {'name': 'math_simple_agent'}}) == 'math'; "
+             "assert v.check({'agent_ref': {'name': 'math_simple_agent'}, 'responses_create_params': {'input': 'x'}}) "
+             "is not None; print(sorted(m for m in sys.modules if m.startswith('environments')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"  # routing and validation imported no environment
+    blend = load_blend("rlhf")
+    for agent, env in blend.agent_map.items():
+        assert blend.env_for({"agent_ref": {"name": agent}}) == env
+
+
+def test_two_environments_claiming_one_agent_name_is_an_error():
+    catalog = EnvCatalog({"a": {"agent_names": ["x_agent"]}, "b": {"agent_names": ["x_agent"]}})
+    with pytest.raises(CatalogError, match="'x_agent' is claimed by environments 'a' and 'b'"):
+        catalog.routes()
 
 
 @pytest.mark.parametrize("spec, expect", [

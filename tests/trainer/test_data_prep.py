@@ -137,3 +137,26 @@ def test_input_override_reads_a_local_copy_of_the_hub_file(tmp_path):
     result = prepare(blend, PrepOptions(output=tmp_path / "o", input=local, progress=False))
     assert result.manifest["counts"]["train"] == 3 and result.manifest["counts"]["val"] == 100
     assert result.manifest["sources"][0]["source"] == "hf://nvidia/Nemotron-3-Super-RL-Training-Blends/swe1.jsonl"
+
+
+def test_prep_accepts_exactly_what_the_server_accepts(tmp_path):
+    """swe's own tiny rows carry FAIL_TO_PASS / PASS_TO_PASS as JSON strings (as SWE-bench
+    publishes them), which the swe server parses; data prep validates with the same row model,
+    so it accepts them too — and rejects a row the server would reject, naming the field."""
+    repo = Path(__file__).resolve().parents[2]
+    rows = [json.loads(x) for x in (repo / "environments/swe/data/tiny_rows.jsonl").read_text().splitlines() if x.strip()]
+    assert any(isinstance(r["FAIL_TO_PASS"], str) for r in rows)
+    agent = {"type": "responses_api_agents", "name": "swebench_openhands_agent"}
+    bad = {**rows[0], "base_commit": "ab"}  # min_length 4 on the server
+    local = tmp_path / "dl"
+    local.mkdir()
+    write_jsonl(local / "swe2.jsonl", [{**r, "agent_ref": agent} for r in rows] + [{**bad, "agent_ref": agent}])
+    blend = load_blend("swe2")
+    blend.split.val_holdout = 0
+    with pytest.raises(DataPrepError, match=r"swe2.jsonl:3: does not match swe's row fields: base_commit"):
+        prepare(blend, PrepOptions(output=tmp_path / "o", input=local, progress=False))
+    result = prepare(blend, PrepOptions(output=tmp_path / "o", input=local, progress=False, skip_invalid=True))
+    assert result.manifest["counts"]["train"] == len(rows) and result.manifest["counts"]["rejected"] == 1
+    assert result.manifest["agent_map"]["swebench_openhands_agent"] == "swe"
+    written = [json.loads(x) for x in (tmp_path / "o" / "train.jsonl").read_text().splitlines()]
+    assert written == [{**r, "agent_ref": agent} for r in rows]  # nothing private added to a row
