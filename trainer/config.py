@@ -144,12 +144,28 @@ class DataConfig(_Section):
     max_input_seq_length: int | None = None
 
 
+class EffortLevelsConfig(_Section):
+    """NeMo-RL's ``env.nemo_gym.effort_levels`` (same keys and defaults: off): the low-effort length
+    shaping of trainer/grpo/effort.py. The Super RLVR recipe: low_weight 0.2, low_penalty 1,
+    low_ub 3000, low_string "{reasoning effort: low}" (the blend's low_effort.low_string must match)."""
+    low_weight: float = 0.0  # 0 = off
+    low_penalty: float = 1.0
+    low_ub: int = Field(64000, gt=0)  # response length (tokens) where L crosses 0
+    low_string: str = ""  # substring of the last user turn that marks a low-effort prompt; "" = off
+
+    @property
+    def enabled(self) -> bool:
+        return self.low_weight > 0 and bool(self.low_string)
+
+
 class EnvConfig(_Section):
     should_mask_flagged_samples: bool = True
     urls: dict[str, str | list[str]] = Field(default_factory=dict)  # verigym: use running servers instead of starting them
     verify_timeout_s: float = 60.0  # verigym
     failed_rollout_retries: int = Field(2, ge=0)  # verigym: re-score a failed sample this many times, then mask it
     max_concurrency_per_server: int = Field(64, ge=1)  # verigym
+    # NeMo-RL: env.nemo_gym.effort_levels (the NeMo-RL backend's presets set it there)
+    effort_levels: EffortLevelsConfig = Field(default_factory=EffortLevelsConfig)
 
 
 class WandbConfig(_Section):

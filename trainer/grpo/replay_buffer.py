@@ -41,6 +41,8 @@ class Sample:
     failure: str | None = None
     env: str = ""
     text: str = ""
+    kind: str = ""                       # prompt kind: low_effort / reasoning_off / reasoning_budget (trainer.grpo.effort)
+    length_reward: float | None = None   # effort shaping's L, when the reward was shaped
 
 
 @dataclass

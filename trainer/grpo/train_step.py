@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from trainer.config import MasterConfig
 from trainer.grpo.advantages import compute_advantages, group_ids_from_prompts, zero_variance_fraction
+from trainer.grpo.effort import effort_metrics
 from trainer.grpo.loss import LossInputs, clipped_pg_loss, seq_logprob_error_mask
 from trainer.grpo.metrics import StepStats
 from trainer.grpo.replay_buffer import Group, Sample
@@ -154,6 +155,7 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
         "async/token_lag_max": max(token_lags, default=0),
         "async/mixed_version_samples_frac": sum(len(set(s.versions)) > 1 for s in samples) / B,
         "timing/train/policy_training": time.perf_counter() - t0,
+        **effort_metrics(samples),  # prompt kinds (low effort, reasoning off / budget) and effort shaping
         **stats.summary(),
     }
     return out

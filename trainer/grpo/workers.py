@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from trainer.config import MasterConfig
+from trainer.grpo.effort import apply_effort_shaping
 from trainer.grpo.reference import ReferencePolicy
 from trainer.grpo.replay_buffer import Group, Sample, Ticket
 from trainer.grpo.train_step import grpo_train_step
@@ -260,6 +261,8 @@ class RewardWorker:
     async def score_groups(self, groups: list[Group], rows: list[dict[str, Any]]) -> int:
         t0 = time.perf_counter()
         await asyncio.gather(*(self._score(row, s) for grp, row in zip(groups, rows) for s in grp.samples))
+        for grp, row in zip(groups, rows):  # after the env reward: low-effort length shaping, prompt-kind tags
+            apply_effort_shaping(grp.samples, row, self.cfg.env.effort_levels)
         self.stats["reward_seconds"] += time.perf_counter() - t0
         self.stats["scored"] += sum(len(g.samples) for g in groups)
         await self.buffer.put.remote(groups)
