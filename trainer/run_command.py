@@ -128,7 +128,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"driver run: {exc}", file=sys.stderr)
         return 2
     if args.fleet_file:
-        cfg.env.urls = json.loads(Path(args.fleet_file).read_text())
+        from trainer.launch.fleet_steps import read_fleet_file
+
+        try:
+            cfg.env.urls = read_fleet_file(args.fleet_file)
+        except ValueError as exc:
+            print(f"driver run: --fleet-file: {exc}", file=sys.stderr)
+            return 2
     if args.run or args.batch:  # the same run as a job on a cluster profile (trainer/launch)
         from trainer.launch.engine_job import run_engine_on_profile
         from trainer.launch.profiles import ProfileError
@@ -162,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             else:
                 env_logs = Path(cfg.logger.log_dir) / "env_logs"
                 env_logs.mkdir(parents=True, exist_ok=True)
-                fleet = Fleet(envs, log_dir=env_logs)
+                fleet = Fleet(envs, overrides=cfg.env.server_config, log_dir=env_logs)
                 stop.on_force(fleet.kill_now)
                 fleet.start()
                 urls = fleet.urls

@@ -33,9 +33,12 @@ def reachable_address(route_to: str) -> str:
     """This node's address on the interface that routes to ``route_to`` (no packet is sent)."""
     if route_to.startswith("127.") or route_to == "localhost":
         return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((route_to, 9))
-        return s.getsockname()[0]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((route_to, 9))
+            return s.getsockname()[0]
+    except OSError:  # no route to it from here: the address this node's name resolves to
+        return socket.gethostbyname(socket.gethostname())
 
 
 def serve(route_to: str, ready_file: Path, stop_file: Path | None, names_and_overrides: list[str]) -> int:
@@ -91,6 +94,23 @@ def gate(ready_dir: Path, nodes: list[str], envs: list[str], out: Path, timeout_
     print(f"fleet gate: {sum(map(len, urls.values()))} server(s) healthy: "
           + ", ".join(f"{e} x{len(u)}" for e, u in urls.items()), flush=True)
     return 0
+
+
+def read_fleet_file(path: str | Path) -> dict[str, list[str]]:
+    """The gate's ``{env: [url, ...]}`` (a single URL string is accepted too); ValueError says what is wrong."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"fleet file {path} does not exist (a job's readiness gate writes it before the trainer starts)") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"fleet file {path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(k, str) and (isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(u, str) for u in v)))
+            for k, v in data.items()):
+        raise ValueError(f"fleet file {path} must map each environment to a URL or a list of URLs, "
+                         f'like {{"math": ["http://10.0.0.5:40123"]}}')
+    return {k: [v] if isinstance(v, str) else list(v) for k, v in data.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
