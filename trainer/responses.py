@@ -139,10 +139,18 @@ def function_call_output_item(call_id: str, output: str) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": output}
 
 
+def offers_tools(create_params: dict[str, Any]) -> bool:
+    """Whether the row gives the model function tools: then the ``<tool_call>`` blocks it writes
+    are calls, sent to the environment as ``function_call`` items (what NeMo-Gym's agents send;
+    the same call left as message text scores as text)."""
+    return bool(chat_tools(create_params.get("tools")))
+
+
 def turn_items(text: str, *, prompt_ids: list[int], gen_ids: list[int], logprobs: list[float],
                versions: list[int], parse_tools: bool) -> list[dict[str, Any]]:
     """Output items of one model turn, training token fields on the last one (the turn's
-    tokens are recorded exactly once, as NeMo-RL's contiguity check expects)."""
+    tokens are recorded exactly once, as NeMo-RL's contiguity check expects). With
+    ``parse_tools`` (see :func:`offers_tools`) tool calls become ``function_call`` items."""
     visible, calls = parse_tool_calls(text) if parse_tools else (text, [])
     items: list[dict[str, Any]] = []
     if visible.strip() or not calls:
@@ -151,6 +159,17 @@ def turn_items(text: str, *, prompt_ids: list[int], gen_ids: list[int], logprobs
     items[-1].update(prompt_token_ids=list(prompt_ids), generation_token_ids=list(gen_ids),
                      generation_log_probs=list(logprobs), generation_policy_versions=list(versions))
     return items
+
+
+def single_turn_response(text: str, *, create_params: dict[str, Any], model: str, prompt_ids: list[int],
+                         gen_ids: list[int], logprobs: list[float], versions: list[int],
+                         truncated: bool) -> dict[str, Any]:
+    """The ``response`` of a one-turn rollout: its tool calls as ``function_call`` items when
+    the row offers tools (:func:`offers_tools`)."""
+    items = turn_items(text, prompt_ids=prompt_ids, gen_ids=gen_ids, logprobs=logprobs, versions=versions,
+                       parse_tools=offers_tools(create_params))
+    return build_response(items, create_params=create_params, model=model, input_tokens=len(prompt_ids),
+                          output_tokens=len(gen_ids), incomplete=truncated)
 
 
 def build_response(output: list[dict[str, Any]], *, create_params: dict[str, Any], model: str,
