@@ -18,6 +18,8 @@ from typing import Any, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainer.reasoning_control import ReasoningControl
+
 BLENDS_DIR = Path(__file__).resolve().parent.parent / "blends"
 
 class BlendError(ValueError):
@@ -122,6 +124,7 @@ class Blend(_Strict):
     weights: dict[str, float] = Field(default_factory=dict, description="env -> train-row multiplier (0.5 halves, 2 doubles)")
     curriculum: Curriculum = Field(default_factory=Curriculum)
     low_effort: LowEffort = Field(default_factory=LowEffort)
+    reasoning_control: ReasoningControl = Field(default_factory=ReasoningControl)  # trainer/reasoning_control.py
     sample: int | None = Field(None, description="Keep only the first N rows (quick runs)")
     path: str | None = Field(None, exclude=True)
 

@@ -38,6 +38,7 @@ from trainer import env_catalog
 from trainer.blends import Blend, Source
 from trainer.env_catalog import EnvCatalog
 from trainer.placeholders import PLACEHOLDER_KEY, PlaceholderError, SourceTables, resolve_row
+from trainer.reasoning_control import apply_reasoning_control
 
 PREP_VERSION = 2  # 2: rows validated by the environment's own row model (envs validate), routes in the manifest
 VALIDATE_CHUNK = 20_000  # rows per `envs validate` call: one child process each, a progress step each
@@ -358,6 +359,8 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
     before_weights = len(train)
     train = apply_weights(train, blend)
     low_effort = apply_low_effort(train, blend)
+    control = apply_reasoning_control(train, blend.reasoning_control, validator.route, get=lambda r: r.row,
+                                      put=lambda r, row: setattr(r, "row", row))
 
     _write(out / "train.jsonl", train)
     _write(out / "val.jsonl", val)
@@ -385,12 +388,14 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
         "placeholder_sources": tables.describe() if blend.placeholders.resolve else {},
         "options": {"sample": sample, "skip_invalid": opts.skip_invalid, "input": str(opts.input) if opts.input else None,
                     "split": blend.split.model_dump(), "curriculum": blend.curriculum.model_dump(),
-                    "weights": blend.weights, "low_effort": blend.low_effort.model_dump()},
+                    "weights": blend.weights, "low_effort": blend.low_effort.model_dump(),
+                    "reasoning_control": blend.reasoning_control.model_dump()},
         "counts": {"loaded": len(loaded) + sum(1 for x in rejected if x.reason.startswith("not valid JSON")
                                                or x.reason.startswith("a row must")),
                    "placeholders_resolved": resolved, "rejected": len(rejected), "train": len(train), "val": len(val), "test": len(test),
                    "curriculum_dropped": dropped_easy, "weights_delta": len(train) - before_weights,
-                   "low_effort_converted": low_effort, "train_per_env": counts(train), "val_per_env": counts(val),
+                   "low_effort_converted": low_effort, "reasoning_off": control["reasoning_off"],
+                   "reasoning_budget": control["reasoning_budget"], "train_per_env": counts(train), "val_per_env": counts(val),
                    "test_per_env": counts(test)},
         "agent_map": dict(validator.routes),
         "outputs": outputs, "seconds": round(time.perf_counter() - start, 2),

@@ -23,8 +23,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from trainer.config import EffortLevelsConfig
-
-REASONING_KEY = "_verigym_reasoning"  # written by data prep's reasoning control (trainer/reasoning_control.py)
+from trainer.reasoning_control import REASONING_KEY  # data prep's reasoning-control tag
 
 
 def length_reward(length: int, low_weight: float, low_ub: int) -> float:
