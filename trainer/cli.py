@@ -4,6 +4,7 @@
   driver data prep --blend tiny                   blend -> train/val JSONL + manifest
   driver rollout --blend tiny                     start the env servers, generate, score, summarise
   driver run --blend tiny                         GRPO training (trainer/run_command.py)
+  driver dpo data.train.data_path=pairs.jsonl     DPO on preference pairs (trainer/dpo/)
 
 Every subcommand has ``--help``.
 """
@@ -128,6 +129,12 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                                 stop=tuple(args.stop or ())))
     summary = asyncio.run(_rollout(blend, rows, settings, output, args))
     print(format_summary(summary))
+    if args.pairs:  # DPO pairs against tool hallucination (trainer/dpo/preference_data.py)
+        from trainer.dpo.preference_data import pairs_from_rollouts, write_pairs
+
+        pairs = pairs_from_rollouts(read_rollouts(output), args.max_pairs_per_prompt)
+        write_pairs(args.pairs, pairs)
+        print(f"{len(pairs)} preference pairs (clean call chosen, hallucinated call rejected, same prompt) -> {args.pairs}")
     print(json.dumps({"summary": str(output.with_name(output.stem + "_summary.json")),
                       "rollouts_per_s": summary["this_run"]["rollouts_per_s"]}))
     return 0
@@ -208,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="sequences decoded together")
     p.add_argument("--concurrency", type=int, default=128, help="rollouts in flight")
     p.add_argument("--pass-threshold", type=float, default=1.0, help="reward counted as a pass for pass@k")
+    p.add_argument("--pairs", metavar="PATH", help="also write DPO preference pairs (NeMo-RL format) from the tool rows' "
+                                                  "rollouts: a clean call chosen, a hallucinated tool or arguments outside "
+                                                  "the schema rejected, same prompt (`driver dpo` trains on them)")
+    p.add_argument("--max-pairs-per-prompt", type=int, default=4, help="with --pairs: at most this many per prompt")
     p.add_argument("--retries", type=int, default=3, help="client retries on 503/connection errors before failing")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per server call")
     p.add_argument("--threads", type=int, default=1,
@@ -223,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
             raise
     else:
         run_command.add_parser(sub)
+    from trainer.dpo.command import add_parser as add_dpo_parser  # `driver dpo` (trainer/dpo/)
+
+    add_dpo_parser(sub)
     return parser
 
 

@@ -9,7 +9,8 @@ Output (nemo-gym.md §3.1):
   overloaded, verifier error...). They are excluded from the reward metrics and retried on
   the next run, up to ``max_attempts`` attempts (``_ng_attempt_index``), like NeMo-Gym;
 * ``<out>_summary.json`` — per-environment mean reward, pass@1, pass@k, failures per
-  class, rollouts/s.
+  class, rollouts/s; for rows with tools, ``tool_use``: the hallucination rate (calls to a tool
+  the row does not offer, or arguments outside its schema; trainer.tool_use) and counts per kind.
 
 Resumable: a rerun reads ``<out>.jsonl`` and skips every (task, rollout) pair already in it.
 """
@@ -30,6 +31,7 @@ from servers.client import EnvClient
 from servers.wire import FAILURE_CLASS_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from trainer.agent_loop import run_episode
 from trainer.generation import BatchedGenerator, SamplingParams
+from trainer.tool_use import hallucination_summary
 
 ENV_KEY = "_verigym_env"
 ATTEMPT_KEY = "_ng_attempt_index"
@@ -95,9 +97,13 @@ def summarize(rows: list[dict[str, Any]], failures: list[dict[str, Any]], *, k: 
             "pass@1": sum(r >= pass_threshold for r in rewards) / len(rewards),
             f"pass@{k}": sum(any(r >= pass_threshold for r in rs) for rs in tasks.values()) / len(tasks),
         }
-    return {"scored": len(rows), "failed": len(failures),
-            "failures_by_class": dict(Counter(f.get(FAILURE_CLASS_KEY, "?") for f in failures)),
-            "failures_by_env": dict(Counter(f.get(ENV_KEY, "?") for f in failures)), "per_env": per_env}
+    out = {"scored": len(rows), "failed": len(failures),
+           "failures_by_class": dict(Counter(f.get(FAILURE_CLASS_KEY, "?") for f in failures)),
+           "failures_by_env": dict(Counter(f.get(ENV_KEY, "?") for f in failures)), "per_env": per_env}
+    tool_use = hallucination_summary(rows, env_key=ENV_KEY)  # rows with tools: hallucinated calls (trainer.tool_use)
+    if tool_use is not None:
+        out["tool_use"] = tool_use
+    return out
 
 
 async def collect(rows: list[dict[str, Any]], *, route: Callable[[dict[str, Any]], str], client: EnvClient,
@@ -183,6 +189,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     for env, m in summary["per_env"].items():
         lines.append(f"{env:<24}{m['tasks']:>7}{m['rollouts']:>10}{m['mean_reward']:>13.3f}{m['pass@1']:>9.3f}"
                      f"{m[f'pass@{k}']:>9.3f}")
+    tool_use = summary.get("tool_use")
+    if tool_use:
+        c = tool_use["counts"]
+        lines.append(f"tool use: hallucination rate {tool_use['hallucination_rate']:.3f} over {tool_use['responses']} "
+                     f"responses (hallucinated tool {c['hallucinated_tool']}, invalid arguments {c['invalid_arguments']}, "
+                     f"clean {c['clean']}, no call {c['no_call']})")
     run = summary["this_run"]
     lines.append(f"this run: {run['rollouts']} rollouts in {run['seconds']}s = {run['rollouts_per_s']} rollouts/s, "
                  f"{run['generated_tokens_per_s']} generated tokens/s; resumed past {run['skipped_already_done']} done")

@@ -122,21 +122,28 @@ def classify_record(record: dict[str, Any]) -> ToolUseVerdict | None:
 
 def hallucination_summary(records: Iterable[dict[str, Any]], env_key: str = "_verigym_env") -> dict[str, Any] | None:
     """Counts per kind and the hallucination rate, overall and per environment, over the records
-    of tool rows (None when there are none)."""
+    of tool rows (None when there are none). Records whose row declares an invalid JSON schema are
+    counted in ``rows_with_invalid_tool_schema``, not classified."""
     per_env: dict[str, Counter[str]] = defaultdict(Counter)
+    bad_schema = 0
     for record in records:
-        verdict = classify_record(record)
+        try:
+            verdict = classify_record(record)
+        except ValueError:  # the row's own schema is broken: not the model's fault, counted apart
+            bad_schema += 1
+            continue
         if verdict is not None:
             per_env[record.get(env_key, "?")][verdict.kind] += 1
-    if not per_env:
+    if not per_env and not bad_schema:
         return None
     total: Counter[str] = Counter()
     for counts in per_env.values():
         total.update(counts)
-    return {**_rates(total), "per_env": {env: _rates(c) for env, c in sorted(per_env.items())}}
+    return {**kind_rates(total), "rows_with_invalid_tool_schema": bad_schema,
+            "per_env": {env: kind_rates(c) for env, c in sorted(per_env.items())}}
 
 
-def _rates(counts: Counter[str]) -> dict[str, Any]:
+def kind_rates(counts: Counter[str]) -> dict[str, Any]:
     n = sum(counts.values())
     return {"responses": n, "hallucination_rate": sum(counts[k] for k in HALLUCINATION_KINDS) / n if n else 0.0,
             **{f"{k}_rate": counts[k] / n if n else 0.0 for k in KINDS}, "counts": {k: counts[k] for k in KINDS}}

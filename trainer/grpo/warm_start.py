@@ -40,16 +40,25 @@ def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStar
             pairs.append((prompt_ids_for(policy, r), policy.encode(cfg.answer_template.format(answer=ans)) + [end_id]))
     if not pairs or cfg.num_steps == 0:
         return {"warm_start/steps": 0, "warm_start/examples": len(pairs)}
+    return train_supervised(policy, pairs, num_steps=cfg.num_steps, batch_size=cfg.batch_size, lr=cfg.lr,
+                            target_loss=cfg.target_loss, seed=seed, t0=t0)
+
+
+def train_supervised(policy: Any, pairs: list[tuple[list[int], list[int]]], *, num_steps: int, batch_size: int,
+                     lr: float, target_loss: float | None = None, seed: int = 0, t0: float | None = None) -> dict[str, Any]:
+    """Next-token cross-entropy on ``(prompt ids, target ids)`` pairs, loss on the targets only
+    (also the DPO demo's warm start on tool calls, trainer/dpo/synthetic_tools.py)."""
+    t0 = time.perf_counter() if t0 is None else t0
     rng = random.Random(seed)
     model = policy.model
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
     pad = policy.tokenizer.pad_token_id
     model.train()
     losses: list[float] = []
-    for _ in range(cfg.num_steps):
-        if cfg.target_loss is not None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= cfg.target_loss:
+    for _ in range(num_steps):
+        if target_loss is not None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= target_loss:
             break
-        batch = [pairs[rng.randrange(len(pairs))] for _ in range(cfg.batch_size)]
+        batch = [pairs[rng.randrange(len(pairs))] for _ in range(batch_size)]
         seqs = [p + a for p, a in batch]
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), pad, dtype=torch.long)
