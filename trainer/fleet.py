@@ -1,10 +1,13 @@
 """Start and stop the environment servers a blend needs, as loopback subprocesses.
 
-Each server is its own process (as in production: one deployable per environment). The
-child binds port 0 and prints the URL it got, so there is no free-port race; the parent
-then waits for ``GET /health`` = 200 before handing the URL out. Servers are stopped
-with SIGTERM (they drain in-flight work), then SIGKILL after a grace period; ``Fleet``
-is a context manager, so an interrupted run does not leave servers behind.
+One ``envs serve ENV --ready-file F`` per environment — the same launcher a user or a cluster
+job runs (servers/cli_serve.py; trainer/launch/fleet_steps.py uses it on every fleet node), so
+there is one way an environment server starts, binds, reports and stops. Each server binds
+port 0 and ``envs serve`` writes the URL it actually got to the ready file once ``/health``
+answers 200, so there is no free-port race and no second ready protocol. Servers are stopped
+with SIGTERM (``envs serve`` forwards it: in-flight work drains), then SIGKILL of the process
+group after a grace period; ``Fleet`` is a context manager, so an interrupted run does not
+leave servers behind.
 """
 
 from __future__ import annotations
@@ -15,25 +18,23 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-READY_MARK = "VERIGYM_SERVER_READY"
 
-# The child: build the environment through the registry, serve it until signalled, and
-# announce the bound URL on stdout. Config overrides arrive as JSON in argv[2].
-_CHILD = (
-    "import asyncio, json, sys\n"
-    "from servers import registry\n"
-    "from servers.app import serve_until_signalled\n"
-    "env = registry.instantiate(sys.argv[1], overrides=json.loads(sys.argv[2]))\n"
-    f"ready = lambda url: print('{READY_MARK}', url, flush=True)\n"
-    "asyncio.run(serve_until_signalled(env, '127.0.0.1', 0, on_ready=ready))\n"
-)
+def override_pairs(overrides: dict[str, Any], prefix: str = "") -> list[str]:
+    """``{judges: {genrm: {base_url: U}}}`` -> ``["judges.genrm.base_url=U"]`` (what ``envs serve
+    NAME key=value`` takes; values as JSON, which its YAML parsing reads back unchanged)."""
+    pairs: list[str] = []
+    for key, value in overrides.items():
+        if isinstance(value, dict) and value:
+            pairs += override_pairs(value, f"{prefix}{key}.")
+        else:
+            pairs.append(f"{prefix}{key}={json.dumps(value)}")
+    return pairs
 
 
 class FleetError(RuntimeError):
@@ -93,55 +94,45 @@ class Fleet:
                 _kill_group(process)
             raise
 
+    def _ready_file(self, env: str) -> Path:
+        return self.log_dir / f"{env}.ready.json"
+
     def _launch(self, env: str) -> tuple[subprocess.Popen, Path]:
         log_path = self.log_dir / f"{env}.log"
-        log = open(log_path, "wb")
-        process = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, env, json.dumps(self.overrides.get(env, {}))],
-            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            start_new_session=True,  # a Ctrl-C in the driver's terminal is handled by the driver, not each server
-        )
-        log.close()
+        ready = self._ready_file(env)
+        ready.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "servers.cli", "serve", env, *override_pairs(self.overrides.get(env, {})),
+               "--host", "127.0.0.1", "--workers", "1", "--ready-file", str(ready)]
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # a Ctrl-C in the driver's terminal is handled by the driver, not each server
+            )
         return process, log_path
 
     def _await_ready(self, env: str, process: subprocess.Popen, log_path: Path) -> str:
-        found: list[str] = []
-
-        def read() -> None:
-            assert process.stdout is not None
-            for raw in process.stdout:  # keep draining after the mark so the child never blocks on a full pipe
-                line = raw.decode(errors="replace").strip()
-                if line.startswith(READY_MARK) and not found:
-                    found.append(line.split()[1])
-
-        threading.Thread(target=read, daemon=True, name=f"fleet-{env}").start()
+        """The URL from ``envs serve``'s ready file (written once ``/health`` is 200)."""
+        ready = self._ready_file(env)
         deadline = time.monotonic() + self.start_timeout_s
-        while not found:
+        while True:
+            if ready.exists():
+                try:
+                    return json.loads(ready.read_text())["urls"][env]
+                except (ValueError, KeyError):
+                    pass  # written whole then renamed, so this is a file of someone else's: keep waiting
             if process.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-3000:]
                 raise FleetError(f"environment server {env!r} exited with {process.returncode} before it was ready:\n{tail}")
             if time.monotonic() > deadline:
-                process.kill()
+                _kill_group(process)
                 raise FleetError(f"environment server {env!r} not ready after {self.start_timeout_s:g}s (log: {log_path})")
             time.sleep(0.05)
-        url = found[0]
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as reply:
-                    if reply.status == 200:
-                        return url
-            except OSError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise FleetError(f"environment server {env!r} at {url} never became healthy (log: {log_path})")
-            time.sleep(0.1)
-
 
     def kill(self, env: str) -> None:
-        """Kill one server hard (tests simulate a crashed environment with it)."""
-        server = self.servers[env]
-        server.process.kill()
-        server.process.wait()
+        """Kill one server hard, with its ``envs serve`` supervisor (tests simulate a crashed
+        environment with it)."""
+        _kill_group(self.servers[env].process)
 
     def kill_now(self) -> None:
         """SIGKILL every server with its process group (its CPU pool): a forced exit, no draining."""
