@@ -129,11 +129,28 @@ class PolicyConfig(_Section):
     train_micro_batch_size: int = Field(16, ge=1)
     generation_batch_size: int = Field(4, ge=1)  # prompt groups decoded together by one generator
     max_total_sequence_length: int = Field(128, ge=8)
+    # verigym: raise the context during training, as the Super RLVR stage did (49,152 -> 65,536):
+    # {from_step: length}; before the first entry and with none, max_total_sequence_length, which
+    # stays the ceiling. NeMo-RL has no such key (there the stage is resumed with a larger value).
+    max_total_sequence_length_schedule: dict[int, int] = Field(default_factory=dict)
     max_grad_norm: float | None = 1.0
     precision: Literal["float32", "bfloat16"] = "float32"
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> "PolicyConfig":
+        for step, length in self.max_total_sequence_length_schedule.items():
+            if step < 0 or not 8 <= length <= self.max_total_sequence_length:
+                raise ValueError(f"policy.max_total_sequence_length_schedule {{{step}: {length}}}: steps must be >= 0 and "
+                                 f"lengths between 8 and policy.max_total_sequence_length ({self.max_total_sequence_length})")
+        return self
+
+    def max_sequence_length_at(self, step: int) -> int:
+        """The context limit for rollouts trained at ``step`` (the schedule's latest entry <= step)."""
+        due = [k for k in self.max_total_sequence_length_schedule if k <= step]
+        return self.max_total_sequence_length_schedule[max(due)] if due else self.max_total_sequence_length
 
 
 class DataConfig(_Section):

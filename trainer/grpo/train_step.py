@@ -148,6 +148,7 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
         "train/num_masked_seqs_by_logprob_error": masked_by_lp_error,
         "train/max_seq_mult_prob_error": float(seq_err.max()),
         "train/truncation_rate": float(truncated.float().mean()),
+        "train/max_total_sequence_length": pc.max_sequence_length_at(step),  # the schedule's limit for this step
         "train/mean_gen_tokens_per_sample": n_tok / B, "train/total_num_tokens": n_tok,
         "train/global_valid_seqs": float(sample_mask.sum()),
         "async/lag_mean": sum(lags) / len(lags), "async/lag_max": max(lags),

@@ -50,12 +50,13 @@ def prompt_ids_for(policy: Any, row: dict[str, Any]) -> list[int]:
 PROMPT_TOO_LONG = "prompt_too_long"  # failure class of a prompt with no room left for one new token
 
 
-def context_budgets(cfg: MasterConfig, prompts: list[list[int]], max_new_tokens: int) -> list[int]:
+def context_budgets(cfg: MasterConfig, prompts: list[list[int]], max_new_tokens: int, step: int | None = None) -> list[int]:
     """New tokens each prompt may get so that prompt + response <= ``policy.max_total_sequence_length``
     (NeMo-RL's ``max_model_len``: vLLM caps ``max_tokens`` at what is left of the context). 0 means the
     prompt alone fills it: the sample fails with :data:`PROMPT_TOO_LONG` and is masked, as NeMo-RL
-    gives such a prompt ``loss_multiplier=0`` instead of training on it."""
-    limit = cfg.policy.max_total_sequence_length
+    gives such a prompt ``loss_multiplier=0`` instead of training on it. With ``step`` (the step the
+    rollouts train at) the limit follows ``policy.max_total_sequence_length_schedule``."""
+    limit = cfg.policy.max_total_sequence_length if step is None else cfg.policy.max_sequence_length_at(step)
     return [max(0, min(max_new_tokens, limit - len(p))) for p in prompts]
 
 
@@ -68,14 +69,14 @@ def too_long_sample(cfg: MasterConfig, prompt: list[int]) -> Sample:
 
 
 def decode_within_context(policy: Any, cfg: MasterConfig, prompts: list[list[int]], params: Any,
-                          rng: torch.Generator, hook: Any = None) -> list[Sample]:
+                          rng: torch.Generator, hook: Any = None, step: int | None = None) -> list[Sample]:
     """Decode every prompt that fits the context (each capped to the room it has); the others become
     :func:`too_long_sample` without being decoded."""
     from dataclasses import replace
 
     from trainer.generation import decode_batch
 
-    budgets = context_budgets(cfg, prompts, params.max_new_tokens)
+    budgets = context_budgets(cfg, prompts, params.max_new_tokens, step)
     fit = [i for i, b in enumerate(budgets) if b > 0]
     gens = decode_batch(policy, [prompts[i] for i in fit],
                         [params if budgets[i] == params.max_new_tokens else replace(params, max_new_tokens=budgets[i])
@@ -194,7 +195,8 @@ class GeneratorWorker:
         prompts = [prompt_ids_for(self.policy, self.rows[t.prompt_index]) for t in tickets]
         # one RNG per batch seeded by its first slot: reproducible for the same admissions
         rng = torch.Generator().manual_seed(tickets[0].seed)
-        gens = decode_within_context(self.policy, self.cfg, [p for p in prompts for _ in range(K)], params, rng, hook)
+        step = tickets[0].slot // self.cfg.grpo.num_prompts_per_step  # the step these groups train at
+        gens = decode_within_context(self.policy, self.cfg, [p for p in prompts for _ in range(K)], params, rng, hook, step)
         dt = time.perf_counter() - t0
         groups = []
         for i, t in enumerate(tickets):
@@ -323,7 +325,7 @@ class TrainerWorker:
         bs = 64
         for i in range(0, len(prompts), bs):
             out += decode_within_context(self.policy, self.cfg, prompts[i:i + bs], params,
-                                         torch.Generator().manual_seed(self.cfg.grpo.seed))
+                                         torch.Generator().manual_seed(self.cfg.grpo.seed), step=max(self.policy.version, 0))
         return out
 
     def prompts_too_long(self, rows: list[dict[str, Any]]) -> list[str]:

@@ -1,0 +1,38 @@
+"""policy.max_total_sequence_length_schedule: the context limit rises during training (Super RLVR 49,152 -> 65,536)."""
+
+import pytest
+
+from trainer.config import ConfigError, load_config
+
+
+def test_schedule_picks_the_latest_entry_and_is_bounded_by_the_ceiling():
+    cfg = load_config("tiny", ["policy.max_total_sequence_length=65536",
+                               "policy.max_total_sequence_length_schedule={0: 49152, 300: 65536}"])
+    assert [cfg.policy.max_sequence_length_at(s) for s in (0, 299, 300, 10_000)] == [49152, 49152, 65536, 65536]
+    late = load_config("tiny", ["policy.max_total_sequence_length_schedule={10: 64}"])
+    assert [late.policy.max_sequence_length_at(s) for s in (0, 9, 10)] == [128, 128, 64]  # ceiling before the first entry
+    with pytest.raises(ConfigError, match="max_total_sequence_length_schedule"):
+        load_config("tiny", ["policy.max_total_sequence_length_schedule={0: 256}"])  # above the ceiling
+    with pytest.raises(ConfigError, match="max_total_sequence_length_schedule"):
+        load_config("tiny", ["policy.max_total_sequence_length_schedule={-1: 64}"])
+
+
+def test_rollouts_follow_the_limit_of_the_step_they_train_at():
+    import torch
+
+    from trainer.grpo.workers import PROMPT_TOO_LONG, context_budgets, decode_within_context, load_policy, \
+        prompt_ids_for, sampling_params
+
+    cfg = load_config("tiny", ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=12",
+                               "policy.max_total_sequence_length_schedule={0: 40, 5: 128}"])
+    policy = load_policy(cfg, 1)
+    prompts = [prompt_ids_for(policy, {"responses_create_params": {"input": [{"role": "user", "content": t}]}})
+               for t in ("x" * 10, "y" * 60)]
+    tight, long_ = (len(p) for p in prompts)
+    assert tight < 40 < tight + 12 and 40 <= long_ < 116
+    assert context_budgets(cfg, prompts, 12, step=0) == [40 - tight, 0]
+    assert context_budgets(cfg, prompts, 12, step=5) == [12, 12]
+    early = decode_within_context(policy, cfg, prompts, sampling_params(cfg), torch.Generator().manual_seed(0), step=0)
+    late = decode_within_context(policy, cfg, prompts, sampling_params(cfg), torch.Generator().manual_seed(0), step=7)
+    assert early[1].failure == PROMPT_TOO_LONG and len(early[0].prompt_ids) + len(early[0].gen_ids) <= 40
+    assert late[1].failure is None and late[1].gen_ids
