@@ -117,7 +117,9 @@ def unprivileged(tmp: Path) -> Iterator[Deployment]:
     try:
         yield Deployment(f"uid {uid}", prefix=prefix, env={"TMPDIR": "/tmp"})
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        # What the uid's processes left: its HOME, the sandboxes' state folder, pytest's temp.
+        for path in (home, Path(f"/tmp/verigym-sandboxes-{uid}"), Path(f"/tmp/pytest-of-uid{uid}")):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def venv_under_tmp(tmp: Path) -> Deployment:
