@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from . import open_backend
 from .base import Limits, SandboxBackend, SandboxSpec
-from .ceiling import effective_limits
+from .ceiling import RUN_MINIMUM, effective_limits
 
 log = logging.getLogger("verigym.sandbox")
 
@@ -124,6 +124,7 @@ class SandboxedEnvironment:
                                                                        f"sandbox backend cannot open: {exc}"])
             return
         run = self.sandbox_run_limits()
+        report["run_needs_at_least"] = dict(RUN_MINIMUM)  # below any of these: unusable (fatal)
         report["effective_limits"] = effective_limits(run, backend.ceiling)
         report["clamped"] = backend.ceiling.clamped(run)
         problems += backend.ceiling.shortfalls()
@@ -133,8 +134,8 @@ class SandboxedEnvironment:
                 checked = await asyncio.wait_for(self.sandbox_canary(), CANARY_TIMEOUT_S)
                 report["canary"] = {"ok": True, "checked": checked, "seconds": round(time.monotonic() - started, 3)}
             except Exception as exc:  # noqa: BLE001 - whatever broke, the server must say so, not crash
-                detail = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after " \
-                    f"{time.monotonic() - started:.0f}s"
+                took = time.monotonic() - started
+                detail = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} after {took:.0f}s"
                 report["canary"] = {"ok": False, "error": detail}
                 problems.append(f"start-up canary failed: {detail}")
         if problems:
