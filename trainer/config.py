@@ -5,7 +5,13 @@ Sections and keys mean what they mean in NeMo-RL (`MasterConfig`, ../shared/refe
 are silently ignored), every section here is ``extra="forbid"`` and an unknown key is an error
 naming the closest valid key.
 
-Keys that NeMo-RL does not have are ours and are marked ``# verigym`` below.
+Keys that NeMo-RL does not have are ours and are marked ``# verigym`` below. NeMo-RL keys the
+built-in engine does not act on are not here, so setting one is an error that says so (and
+points at ``--backend nemo-rl``) rather than a setting silently ignored: the async keys
+``max_generation_failures`` and ``recompute_kv_cache_after_weight_updates``,
+``policy.generation.backend`` and ``top_k``, ``data.max_input_seq_length``,
+``logger.num_val_samples_to_print``, ``cluster.gpus_per_node`` and ``cluster.num_nodes`` (the
+engine runs on one machine: CPU, or its one GPU when present).
 """
 
 from __future__ import annotations
@@ -28,9 +34,7 @@ class _Section(BaseModel):
 class AsyncGRPOConfig(_Section):
     enabled: bool = True
     max_trajectory_age_steps: int = Field(1, ge=0)
-    max_generation_failures: int = Field(0, ge=0)
     in_flight_weight_updates: bool = True
-    recompute_kv_cache_after_weight_updates: bool = False
 
 
 class GRPOConfig(_Section):
@@ -102,11 +106,9 @@ class OptimizerConfig(_Section):
 
 
 class GenerationConfig(_Section):
-    backend: Literal["torch"] = "torch"  # verigym: our own batched decode loop on CPU/one GPU
     max_new_tokens: int = Field(12, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int | None = None
     val_temperature: float | None = None  # None = greedy validation
     stop_strings: list[str] | None = None
 
@@ -158,7 +160,6 @@ class DataConfig(_Section):
     train_data_path: str | None = None  # verigym: explicit JSONL instead of a blend
     validation_data_path: str | None = None
     shuffle: bool = True
-    max_input_seq_length: int | None = None
 
 
 class EffortLevelsConfig(_Section):
@@ -195,7 +196,6 @@ class LoggerConfig(_Section):
     log_dir: str = "runs/latest"
     wandb_enabled: bool = False
     tensorboard_enabled: bool = False
-    num_val_samples_to_print: int = 0
     wandb: WandbConfig = Field(default_factory=WandbConfig)
     progress_bar: bool = True  # verigym
 
@@ -209,8 +209,6 @@ class CheckpointingConfig(_Section):
 
 
 class ClusterConfig(_Section):
-    gpus_per_node: int = 0
-    num_nodes: int = 1
     ray_address: str | None = None  # verigym: None = start a local Ray; "auto" or host:port = join a cluster
     num_cpus: int | None = None  # verigym: local Ray only
     num_generation_workers: int = Field(1, ge=1)  # verigym: generator actors
