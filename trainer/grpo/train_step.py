@@ -56,6 +56,11 @@ def _pad(rows: list[list[float]], T: int) -> torch.Tensor:
     return out
 
 
+def mean_reward(rewards: torch.Tensor, weight: torch.Tensor) -> float:
+    """Mean reward over the samples ``weight`` selects (0/1); 0.0 when it selects none."""
+    return float((rewards * weight).sum() / weight.sum().clamp_min(1))
+
+
 def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[Group], step: int,
                     cfg: MasterConfig, pad_id: int, reference: ReferencePolicy | None = None) -> dict[str, Any]:
     """``reference`` is required when ``loss_fn.reference_policy_kl_penalty > 0``: the KL term
@@ -137,8 +142,10 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
     n_tok = float(token_mask.sum())
     out: dict[str, Any] = {
         "train/loss": sum(losses) / len(losses), "train/grad_norm": sum(grad_norms) / len(grad_norms),
-        "train/reward": float((rewards * valid_f).sum() / valid_f.sum().clamp_min(1)),
-        **{f"train/reward/{e}": float(rewards[[s.env == e for s in samples]].mean()) for e in envs},
+        # One rule for both: failed samples count only when env.should_mask_flagged_samples is off.
+        "train/reward": mean_reward(rewards, valid_f),
+        **{f"train/reward/{e}": mean_reward(rewards, valid_f * torch.tensor([float(s.env == e) for s in samples]))
+           for e in envs},
         "train/zero_variance_groups_frac": zero_variance_fraction(rewards, gid.tolist()),
         "train/advantages/mean": float(adv.mean()), "train/advantages/min": float(adv.min()),
         "train/advantages/max": float(adv.max()), "train/advantages/abs_mean": float(adv.abs().mean()),
