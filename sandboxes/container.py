@@ -86,8 +86,8 @@ class ContainerSandbox(Sandbox):
             raise ValueError("empty command")
         lim = self.ceiling.clamp(limits or self.spec.limits)
         pidfile = f"/tmp/.verigym-proc-{uuid.uuid4().hex}"
-        wrapped = limits_argv(lim, None, self.ceiling) + ["setsid", "-w", "/bin/sh", "-c", f'echo $$ > {pidfile}; exec "$@"',
-                                            "sh", *argv]
+        wrapped = limits_argv(lim, None, self.ceiling) + [
+            "setsid", "-w", "/bin/sh", "-c", f'echo $$ > {pidfile}; exec "$@"', "sh", *argv]
         full_env = {"HOME": self.spec.workdir, "LANG": "C.UTF-8", **THREAD_ENV, **self.spec.env, **(env or {})}
         api, user = self._backend.client.api, self._backend.user or ""
         try:

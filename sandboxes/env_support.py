@@ -157,7 +157,8 @@ class SandboxedEnvironment:
             report = await self.backend.describe()
             health = await asyncio.wait_for(self.backend.health(), CANARY_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001
-            report, health = {"backend": self.config.sandbox_backend}, {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            report = {"backend": self.config.sandbox_backend}
+            health = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         report["canary"] = {"ok": bool(health.get("ok")), "checked": "the backend answers (no sandbox started)",
                             **({} if health.get("ok") else {"error": health.get("error")})}
         self._sandbox_report = report

@@ -1,8 +1,9 @@
 """The Python zygote: runs INSIDE a process-backend sandbox as the PID namespace's pid 1.
 
 Standalone (stdlib only); the host starts it as ``python -I -S -c <this file> KEEP`` (KEEP: a
-JSON list of binds under /tmp or /dev/shm that the scrub must spare) under the sandbox's uid, limits and namespaces, and keeps it for many runs. It imports nothing of
-any user; per run it forks one child that applies the run's limits and runs the code.
+JSON list of binds under /tmp or /dev/shm that the scrub must spare) under the sandbox's
+uid, limits and namespaces, and keeps it for many runs. It imports nothing of any user;
+per run it forks one child that applies the run's limits and runs the code.
 See sandboxes/README.md ("Python zygote") for the threat model.
 
 Control channel: fd 0 is a Unix stream socket to the host. Every message is an 8-byte

@@ -7,7 +7,8 @@ The interpreter the tests run on may live where that user cannot look (pyenv und
 ``/root``, mode 0700). The host is not changed for it: inside the private mount namespace
 ``unshare`` made, every folder on the way to the install that others cannot traverse is
 covered by a tmpfs (mode 0755) that holds only the path to the install, bound back from
-its real location (through mount points made in STAGE, an empty folder the caller removes). Then ``setpriv`` drops to UID (its own group, no supplementary groups,
+its real location (through mount points made in STAGE, an empty folder the caller removes).
+Then ``setpriv`` drops to UID (its own group, no supplementary groups,
 no capabilities) with HOME and USER set, and executes CMD.
 """
 
