@@ -85,7 +85,11 @@ def _classify(status: int, raw: bytes) -> str | None:
 
 async def run_load(url: str, bodies: list[bytes], *, concurrency: int, requests: int,
                    warmup: int = 0, timeout_s: float = 60.0, progress: Any = None) -> LoadResult:
-    """Send ``requests`` POSTs to ``url``/verify from ``concurrency`` workers; rows cycle."""
+    """Send ``requests`` POSTs to ``url``/verify from ``concurrency`` workers; rows cycle.
+
+    The warm-up takes the first ``warmup`` bodies and the measured requests the ones after them,
+    so bodies that are all different (``benchmarks/unique_traffic.py``, ``warmup + requests``
+    of them) are each sent once: no measured request repeats one the server has seen."""
     target = url.rstrip("/") + "/verify"
     headers = {"Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0, keepalive_timeout=120, force_close=False)
@@ -114,18 +118,18 @@ async def run_load(url: str, bodies: list[bytes], *, concurrency: int, requests:
                 if progress is not None:
                     progress.update(1)
 
-        async def worker(total: int, record: bool) -> None:
+        async def worker(total: int, record: bool, offset: int) -> None:
             nonlocal next_index
             while next_index < total:
                 i = next_index
                 next_index += 1
-                await one(bodies[i % len(bodies)], record)
+                await one(bodies[(offset + i) % len(bodies)], record)
 
         if warmup:
-            await asyncio.gather(*(worker(warmup, False) for _ in range(min(concurrency, warmup))))
+            await asyncio.gather(*(worker(warmup, False, 0) for _ in range(min(concurrency, warmup))))
             next_index = 0
         started = time.perf_counter()
-        await asyncio.gather(*(worker(requests, True) for _ in range(concurrency)))
+        await asyncio.gather(*(worker(requests, True, warmup) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
     ok = len(latencies) - sum(errors.values())
     return LoadResult(url, concurrency, len(latencies), ok, elapsed, latencies, errors)
