@@ -43,13 +43,13 @@ def cmd_blends(_: argparse.Namespace) -> int:
 
 # ---- driver data prep -----------------------------------------------------------------------
 def prep_blend(blend_name: str, output: Path, *, sample: int | None = None, force: bool = False,
-               input_path: Path | None = None, skip_invalid: bool = False) -> Any:
+               input_path: Path | None = None, skip_invalid: bool = False, pass_rates: Path | None = None) -> Any:
     from trainer.blends import load_blend
     from trainer.data_prep import PrepOptions, prepare
 
     blend = load_blend(blend_name)
     return prepare(blend, PrepOptions(output=output, sample=sample, force=force, input=input_path,
-                                      skip_invalid=skip_invalid))
+                                      skip_invalid=skip_invalid, pass_rates=pass_rates))
 
 
 def cmd_data_prep(args: argparse.Namespace) -> int:
@@ -59,7 +59,8 @@ def cmd_data_prep(args: argparse.Namespace) -> int:
     out = _data_dir(args)
     try:
         result = prep_blend(args.blend, out, sample=args.sample, force=args.force,
-                            input_path=Path(args.input) if args.input else None, skip_invalid=args.skip_invalid)
+                            input_path=Path(args.input) if args.input else None, skip_invalid=args.skip_invalid,
+                            pass_rates=Path(args.pass_rates) if args.pass_rates else None)
     except (BlendError, DataPrepError) as exc:
         print(f"driver data prep: {exc}", file=sys.stderr)
         return 1
@@ -70,6 +71,10 @@ def cmd_data_prep(args: argparse.Namespace) -> int:
         print(f"{out}: train {c['train']} rows, val {c['val']} rows, "
               f"{c['placeholders_resolved']} placeholders resolved, {c['low_effort_converted']} low-effort, "
               f"{c['curriculum_dropped']} dropped by curriculum ({result.manifest['seconds']}s)")
+        if args.pass_rates:
+            print(f"  pass rates: {c['pass_rates_matched']} train rows matched {args.pass_rates}")
+        if c.get("reasoning_off") or c.get("reasoning_budget"):
+            print(f"  reasoning control: {c['reasoning_off']} rows reasoning off, {c['reasoning_budget']} cut to a budget")
         print(f"  train per env: {c['train_per_env']}")
         if c.get("test"):
             print(f"  test {c['test']} rows -> {out / 'test.jsonl'} (split.train_ratio)")
@@ -129,6 +134,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                                 stop=tuple(args.stop or ())))
     summary = asyncio.run(_rollout(blend, rows, settings, output, args))
     print(format_summary(summary))
+    from trainer.curriculum import pass_rates, pass_rates_path, write_pass_rates
+
+    rates = write_pass_rates(pass_rates_path(output), pass_rates(rows, read_rollouts(output), args.pass_threshold,
+                                                                 blend.curriculum.pass_rate_key))
+    print(f"per-prompt pass rates -> {rates} (curriculum: driver data prep --blend {args.blend} --pass-rates {rates})")
     if args.pairs:  # DPO pairs against tool hallucination (trainer/dpo/preference_data.py)
         from trainer.dpo.preference_data import pairs_from_rollouts, write_pairs
 
@@ -193,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="register the output as a W&B artifact with its lineage (inputs, blend, manifest) in PROJECT "
                         "(default verigym); WANDB_MODE=offline writes it locally for a later `wandb sync`")
     p.add_argument("--wandb-entity", help="W&B entity (team) for --wandb")
+    p.add_argument("--pass-rates", metavar="FILE",
+                   help="per-prompt pass rates written by `driver rollout --split train` (<output>_pass_rates.jsonl): "
+                        "set on the train rows for the blend's curriculum (max_pass_rate, sort_by_difficulty)")
     p.set_defaults(func=cmd_data_prep)
 
     p = sub.add_parser("rollout", help="generate K responses per prompt and score them on the env servers",

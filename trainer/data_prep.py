@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from trainer import env_catalog
 from trainer.blends import Blend, Source
+from trainer.curriculum import SOURCE_KEY, attach_pass_rates, read_pass_rates, row_key
 from trainer.env_catalog import EnvCatalog
 from trainer.placeholders import PLACEHOLDER_KEY, PlaceholderError, SourceTables, resolve_row
 from trainer.reasoning_control import apply_reasoning_control
@@ -74,6 +75,7 @@ class PrepOptions:
     input: Path | None = None
     skip_invalid: bool = False
     progress: bool = True
+    pass_rates: Path | None = None  # per-prompt pass rates from `driver rollout` (trainer/curriculum.py)
 
 
 @dataclass
@@ -288,7 +290,8 @@ def apply_low_effort(rows: list[Loaded], blend: Blend) -> int:
 def _fingerprint(blend: Blend, inputs: dict[str, str], opts: PrepOptions) -> str:
     blend_text = Path(blend.path).read_text() if blend.path else blend.model_dump_json()
     payload = json.dumps({"v": PREP_VERSION, "blend": blend_text, "inputs": inputs, "sample": opts.sample,
-                          "skip_invalid": opts.skip_invalid}, sort_keys=True)
+                          "skip_invalid": opts.skip_invalid,
+                          **({"pass_rates": sha256_file(opts.pass_rates)} if opts.pass_rates else {})}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -355,12 +358,23 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
                             "Fix them, or pass --skip-invalid to write them to rejected.jsonl and continue.")
 
     train, val, test = split_rows(valid, blend)
+    rate_key = blend.curriculum.pass_rate_key
+    matched = 0
+    if opts.pass_rates:  # the current policy's pass rates (driver rollout) -> the curriculum below
+        rates = read_pass_rates(opts.pass_rates)
+        for r in train:
+            r.row, hit = attach_pass_rates([r.row], rates, rate_key)
+            r.row, matched = r.row[0], matched + hit
+    source_keys = {id(r): row_key(r.row, rate_key) for r in train}
     train, dropped_easy = apply_curriculum(train, blend)
     before_weights = len(train)
     train = apply_weights(train, blend)
     low_effort = apply_low_effort(train, blend)
     control = apply_reasoning_control(train, blend.reasoning_control, validator.route, get=lambda r: r.row,
                                       put=lambda r, row: setattr(r, "row", row))
+    for r in train:  # a rewritten row keeps its source's key, so its pass rate finds it next time
+        if row_key(r.row, rate_key) != source_keys[id(r)]:
+            r.row = {**r.row, SOURCE_KEY: source_keys[id(r)]}
 
     _write(out / "train.jsonl", train)
     _write(out / "val.jsonl", val)
@@ -389,12 +403,13 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
         "options": {"sample": sample, "skip_invalid": opts.skip_invalid, "input": str(opts.input) if opts.input else None,
                     "split": blend.split.model_dump(), "curriculum": blend.curriculum.model_dump(),
                     "weights": blend.weights, "low_effort": blend.low_effort.model_dump(),
-                    "reasoning_control": blend.reasoning_control.model_dump()},
+                    "reasoning_control": blend.reasoning_control.model_dump(),
+                    "pass_rates": str(opts.pass_rates) if opts.pass_rates else None},
         "counts": {"loaded": len(loaded) + sum(1 for x in rejected if x.reason.startswith("not valid JSON")
                                                or x.reason.startswith("a row must")),
                    "placeholders_resolved": resolved, "rejected": len(rejected), "train": len(train), "val": len(val), "test": len(test),
                    "curriculum_dropped": dropped_easy, "weights_delta": len(train) - before_weights,
-                   "low_effort_converted": low_effort, "reasoning_off": control["reasoning_off"],
+                   "low_effort_converted": low_effort, "pass_rates_matched": matched, "reasoning_off": control["reasoning_off"],
                    "reasoning_budget": control["reasoning_budget"], "train_per_env": counts(train), "val_per_env": counts(val),
                    "test_per_env": counts(test)},
         "agent_map": dict(validator.routes),
