@@ -189,10 +189,9 @@ def run_dpo(cfg: DPOMasterConfig, *, resume: bool = True) -> dict[str, Any]:
     """Train; returns the summary written to ``<log_dir>/summary.json``."""
     from tqdm import tqdm
 
-    from trainer.grpo.workers import seed_everything
-
     t_start = time.perf_counter()
-    seed_everything(cfg.dpo.seed)
+    random.seed(cfg.dpo.seed)
+    torch.manual_seed(cfg.dpo.seed)
     policy = load_dpo_policy(cfg)
     pad = policy.tokenizer.pad_token_id
     limit = cfg.policy.max_total_sequence_length
