@@ -184,6 +184,13 @@ class EnvConfig(_Section):
     max_concurrency_per_server: int = Field(64, ge=1)  # verigym
     # NeMo-RL: env.nemo_gym.effort_levels (the NeMo-RL backend's presets set it there)
     effort_levels: EffortLevelsConfig = Field(default_factory=EffortLevelsConfig)
+    # verigym: how a group is scored by an environment that serves POST /compare (genrm; it says so
+    # on /info): compare = one call per group; verify = every sample through /verify, where the
+    # server buffers the group (cohort) and scores it once all K samples have arrived.
+    group_scoring: Literal["compare", "verify"] = "compare"
+    # verigym: config overrides of the environment servers the driver starts, per environment
+    # (what `envs serve NAME key=value` takes), e.g. {genrm: {judges: {genrm: {base_url: ...}}}}.
+    server_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class WandbConfig(_Section):
