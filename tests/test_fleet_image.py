@@ -84,7 +84,7 @@ class Container:
         out = _podman("logs", self.name, check=False)
         return out.stdout + out.stderr
 
-    def wait_healthy(self, timeout_s: float = 240) -> None:
+    def wait_healthy(self, timeout_s: float = 420) -> None:
         """Poll the image's own HEALTHCHECK (no systemd timers here, so run it by hand)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -125,13 +125,13 @@ async def test_fleet_image_serves_math_and_code_and_scores_their_examples(fleet_
 def test_without_the_sandbox_flags_code_says_why_instead_of_serving(fleet_image):
     container = Container(fleet_image, ["code"], [], ports=1)
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 360  # generous: CI machines are shared
         while container.state() == "running" and time.monotonic() < deadline:
             assert _podman("healthcheck", "run", container.name, check=False,
                            timeout=60).returncode != 0, "healthy without a working sandbox"
             time.sleep(2)
         logs = container.logs()
-        assert container.state() != "running", f"still running after 180 s:\n{logs[-3000:]}"
+        assert container.state() != "running", f"still running after 360 s:\n{logs[-3000:]}"
         assert "cannot run sandboxed code" in logs and "bwrap" in logs, logs[-3000:]
     finally:
         container.remove()
