@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A real single-machine Slurm cluster (Debian's slurm-wlm: slurmctld + slurmd on this host) for CI
-# and for trying `driver run --run local-slurm` on a laptop. Idempotent; run as root.
+# A real single-machine Slurm cluster (Debian's slurm-wlm: slurmctld + one slurmd per node name, all
+# on this host) for CI and for trying `driver run --run local-slurm` on a laptop. Idempotent; run as root.
+# $VERIGYM_SLURM_NODES node names (default 3: vg1 vg2 vg3), so multi-node jobs (srun per node, Ray
+# workers, a fleet node) run for real; each node offers this machine's CPUs and memory.
 # Prints the line to export (client commands find the cluster through SLURM_CONF).
 #   eval "$(bash scripts/ci_slurm.sh)"     # -> export SLURM_CONF=/tmp/verigym-slurm/slurm.conf
 #   bash scripts/ci_slurm.sh --stop         # stop the daemons this script started
@@ -13,7 +15,8 @@ set -euo pipefail
 DIR=${VERIGYM_SLURM_DIR:-/tmp/verigym-slurm}
 CONF=$DIR/slurm.conf
 CTL_PORT=${VERIGYM_SLURMCTLD_PORT:-16817}
-SLURMD_PORT=${VERIGYM_SLURMD_PORT:-16818}
+SLURMD_PORT=${VERIGYM_SLURMD_PORT:-16820}   # node i listens on SLURMD_PORT + i
+NODES=${VERIGYM_SLURM_NODES:-3}
 
 stop_daemon() {  # only the daemons whose pid files this script wrote
   local pidfile=$1
@@ -23,9 +26,14 @@ stop_daemon() {  # only the daemons whose pid files this script wrote
   rm -f "$pidfile"
 }
 
-if [[ "${1:-}" == "--stop" ]]; then
-  stop_daemon "$DIR/slurmd.pid"
+stop_all() {
+  local f
+  for f in "$DIR"/slurmd*.pid; do [[ -e $f ]] && stop_daemon "$f"; done
   stop_daemon "$DIR/slurmctld.pid"
+}
+
+if [[ "${1:-}" == "--stop" ]]; then
+  stop_all
   exit 0
 fi
 
@@ -40,23 +48,27 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
 fi
 
 export SLURM_CONF=$CONF
-up() { scontrol ping 2>/dev/null | grep -q "UP" && sinfo -h -o %T 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; }
+# up: the controller answers and all NODES nodes are usable
+up() {
+  scontrol ping 2>/dev/null | grep -q "UP" || return 1
+  [[ $(sinfo -h -N -o "%N %T" 2>/dev/null | grep -cE " (idle|mixed|allocated)") == "$NODES" ]]
+}
 
 if [[ -f $CONF ]] && up; then
   echo "export SLURM_CONF=$CONF"
   exit 0
 fi
 
-mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log"
+mkdir -p "$DIR/state" "$DIR/log"
 # slurmd -C describes this host (CPUs, sockets, memory) in slurm.conf's own syntax.
 NODE_LINE=$(slurmd -C | head -1)
-NODE=$(sed -E 's/^NodeName=([^ ]+).*/\1/' <<<"$NODE_LINE")
+HOST=$(sed -E 's/^NodeName=([^ ]+).*/\1/' <<<"$NODE_LINE")
+HARDWARE=$(sed -E 's/^NodeName=[^ ]+ //' <<<"$NODE_LINE")
 cat >"$CONF" <<CONF
 # written by verigym scripts/ci_slurm.sh: one-host cluster for tests (no munge, no cgroups)
 ClusterName=verigym
-SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTL_PORT
-SlurmdPort=$SLURMD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/none
@@ -73,27 +85,31 @@ ReturnToService=2
 MinJobAge=600
 KillWait=30
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool-%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
-$NODE_LINE NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+SlurmdLogFile=$DIR/log/slurmd-%n.log
 CONF
+for i in $(seq "$NODES"); do
+  echo "NodeName=vg$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT + i)) $HARDWARE State=UNKNOWN" >>"$CONF"
+done
+echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
 
-stop_daemon "$DIR/slurmd.pid"
-stop_daemon "$DIR/slurmctld.pid"
-# -c: start clean (no jobs from an earlier run of this script); both daemonise and write pid files.
+stop_all
+# -c: start clean (no jobs from an earlier run of this script); the daemons detach and write pid files.
 slurmctld -c -f "$CONF"
-slurmd -f "$CONF"
+for i in $(seq "$NODES"); do
+  mkdir -p "$DIR/spool-vg$i"
+  slurmd -N "vg$i" -f "$CONF"
+done
 for _ in $(seq 150); do
   up && break
   sleep 0.2
 done
 if ! up; then
   echo "slurm did not come up; logs in $DIR/log" >&2
-  tail -20 "$DIR/log/slurmctld.log" "$DIR/log/slurmd.log" >&2 || true
+  tail -20 "$DIR"/log/*.log >&2 || true
   exit 1
 fi
 echo "export SLURM_CONF=$CONF"
