@@ -286,6 +286,13 @@ def _child_main(argv: list[str]) -> int:
     def on_ready(url: str) -> None:
         print(READY_MARK + json.dumps({"name": args.name, "url": url, "pid": os.getpid()}), flush=True)
 
+    if env.uses_cpu_pool:
+        # Before any event loop or worker fork: CPU-pool workers are forked from this zygote with
+        # the preload imported once (servers/cpu_zygote.py), not each from a fresh interpreter.
+        from servers.cpu_zygote import start_zygote
+
+        start_zygote(env.cpu_pool_preload)
+
     if args.workers > 1:
         from servers.prefork import Prefork
 

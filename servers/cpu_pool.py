@@ -9,6 +9,9 @@ deadline is enforced from the parent with ``Connection.poll(timeout)``.
 
 The blocking pipe wait runs in a small thread pool (one thread per worker), so the event
 loop never blocks.
+
+Workers are forked from the zygote when ``envs serve`` started one (``servers/cpu_zygote.py``:
+preload imported once, a replacement ready in milliseconds), else each is a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, Callable
+
+from servers import cpu_zygote
 
 
 class CpuTimeout(Exception):
@@ -49,7 +54,7 @@ def _worker_main(conn: Connection, preload: tuple[str, ...], memory_mb: int) -> 
             pass
     for module in preload:
         importlib.import_module(module)
-    conn.send(("ready", None))
+    conn.send(("ready", os.getpid()))
     while True:
         try:
             raw = conn.recv_bytes()
@@ -75,6 +80,16 @@ class _Worker:
         self._start()
 
     def _start(self) -> None:
+        self._ready = False
+        zygote = cpu_zygote.current()
+        if zygote is not None:
+            # Forked from the zygote (servers/cpu_zygote.py): preload already imported there.
+            try:
+                self.conn = zygote.spawn(self._memory_mb, self._preload)
+                self.process = cpu_zygote.ForkedProcess()
+                return
+            except OSError:
+                pass  # the zygote is gone: a fresh interpreter, as below
         # A fresh interpreter via subprocess rather than multiprocessing: no re-import of the
         # caller's __main__ (which breaks under stdin scripts and notebooks), nothing copied
         # from a process that holds an event loop and threads.
@@ -85,7 +100,6 @@ class _Worker:
                                         start_new_session=True)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
-        self._ready = False
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         if self._ready:
@@ -93,11 +107,13 @@ class _Worker:
         if not self.conn.poll(timeout):
             raise RuntimeError("CPU worker did not start in time")
         try:
-            kind, _ = self.conn.recv()
+            kind, pid = self.conn.recv()
         except EOFError:
             raise RuntimeError(f"CPU worker exited during start (exit code {self.process.poll()}); "
                                "check that cpu_pool_preload modules import cleanly") from None
         assert kind == "ready"
+        if isinstance(self.process, cpu_zygote.ForkedProcess):
+            self.process.attach(pid)
         self._ready = True
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
@@ -131,6 +147,7 @@ class _Worker:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        # A zygote-forked worker not yet ready has no pid here: closing its socket ends it (EOF).
 
 
 def usable_cpus() -> int:
