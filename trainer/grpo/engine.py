@@ -259,6 +259,9 @@ def _check_health(comps: actors.Components, to: float) -> None:
         err = actors.get(g.get_stats.remote(), to, "generator.get_stats")["error"]
         if err:
             raise RuntimeError(f"a generator died: {err}")
+    err = actors.get(comps.reward.get_stats.remote(), to, "reward.get_stats")["error"]
+    if err:  # our own scoring code raised (environment failures are failure classes, not this)
+        raise RuntimeError(f"reward scoring raised an exception (a bug, not an environment failure):\n{err}")
 
 
 def _save(cfg: MasterConfig, comps: actors.Components, root: Path, step: int, to: float) -> None:

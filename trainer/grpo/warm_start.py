@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import WarmStartConfig
+from trainer.grpo.decode import prompt_ids_for
 
 
 def gold_answer(row: dict[str, Any]) -> str | None:
@@ -28,7 +29,6 @@ def gold_answer(row: dict[str, Any]) -> str | None:
 
 
 def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStartConfig, seed: int = 0) -> dict[str, Any]:
-    from trainer.grpo.workers import prompt_ids_for
     from trainer.policy import IM_END
 
     t0 = time.perf_counter()

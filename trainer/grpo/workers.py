@@ -7,9 +7,6 @@
 * :class:`RewardWorker` scores finished groups against the environment servers (async HTTP),
   re-scores infrastructure failures ``env.failed_rollout_retries`` times, then hands the groups
   to the collector; samples still failing keep their failure class and are masked in the loss.
-  An environment that serves ``POST /compare`` (genrm: rewards relative to the group) gets the
-  whole group in one call, or with ``env.group_scoring=verify`` every sample through ``/verify``
-  tagged with its group (task index, rollout index, group size) for the server's cohort buffer.
 * :class:`TrainerWorker` owns the training copy of the policy and the optimizer.
 """
 
@@ -19,94 +16,21 @@ import asyncio
 import random
 import threading
 import time
+import traceback
 from typing import Any
 
 import numpy as np
 import torch
 
 from trainer.config import MasterConfig
+# policy / prompt / decode helpers live in trainer.grpo.decode; re-exported for the tests and actors
+from trainer.grpo.decode import (PROMPT_TOO_LONG, decode_within_context, load_policy,  # noqa: F401
+                                 prompt_ids_for, sampling_params, to_response)
 from trainer.grpo.effort import apply_effort_shaping
 from trainer.grpo.reference import ReferencePolicy
 from trainer.grpo.replay_buffer import Group, Sample, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.grpo.weight_sync import WeightTransport
-
-
-def load_policy(cfg: MasterConfig, threads: int) -> Any:
-    from trainer.policy import Policy, PolicyConfig, TinyModelConfig
-
-    torch.set_num_threads(threads)
-    p = cfg.policy
-    kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision}
-    if p.model_name == "tiny" and p.hf_config_overrides:
-        kw["tiny"] = TinyModelConfig(**p.hf_config_overrides)
-    return Policy.load(PolicyConfig(**kw))
-
-
-def prompt_ids_for(policy: Any, row: dict[str, Any]) -> list[int]:
-    from trainer.responses import chat_tools, to_chat_messages
-
-    params = row.get("responses_create_params", {})
-    return policy.encode(policy.render(to_chat_messages(params), chat_tools(params.get("tools"))))
-
-
-PROMPT_TOO_LONG = "prompt_too_long"  # failure class of a prompt with no room left for one new token
-
-
-def context_budgets(cfg: MasterConfig, prompts: list[list[int]], max_new_tokens: int, step: int | None = None) -> list[int]:
-    """New tokens each prompt may get so that prompt + response <= ``policy.max_total_sequence_length``
-    (NeMo-RL's ``max_model_len``: vLLM caps ``max_tokens`` at what is left of the context). 0 means the
-    prompt alone fills it: the sample fails with :data:`PROMPT_TOO_LONG` and is masked, as NeMo-RL
-    gives such a prompt ``loss_multiplier=0`` instead of training on it. With ``step`` (the step the
-    rollouts train at) the limit follows ``policy.max_total_sequence_length_schedule``."""
-    limit = cfg.policy.max_total_sequence_length if step is None else cfg.policy.max_sequence_length_at(step)
-    return [max(0, min(max_new_tokens, limit - len(p))) for p in prompts]
-
-
-def too_long_sample(cfg: MasterConfig, prompt: list[int]) -> Sample:
-    """A failed sample for a prompt over the limit; the prompt keeps its last tokens so a training
-    forward pass over the (masked) sample stays within the context."""
-    keep = cfg.policy.max_total_sequence_length - 1
-    return Sample(prompt_ids=list(prompt[-keep:]), gen_ids=[], gen_logprobs=[], versions=[], truncated=False,
-                  failure=PROMPT_TOO_LONG)
-
-
-def decode_within_context(policy: Any, cfg: MasterConfig, prompts: list[list[int]], params: Any,
-                          rng: torch.Generator, hook: Any = None, step: int | None = None) -> list[Sample]:
-    """Decode every prompt that fits the context (each capped to the room it has); the others become
-    :func:`too_long_sample` without being decoded."""
-    from dataclasses import replace
-
-    from trainer.generation import decode_batch
-
-    budgets = context_budgets(cfg, prompts, params.max_new_tokens, step)
-    fit = [i for i, b in enumerate(budgets) if b > 0]
-    gens = decode_batch(policy, [prompts[i] for i in fit],
-                        [params if budgets[i] == params.max_new_tokens else replace(params, max_new_tokens=budgets[i])
-                         for i in fit], rng=rng, on_step=hook) if fit else []
-    out = [too_long_sample(cfg, p) for p in prompts]
-    for i, x in zip(fit, gens):
-        out[i] = Sample(prompt_ids=list(x.prompt_ids), gen_ids=list(x.token_ids), gen_logprobs=list(x.logprobs),
-                        versions=list(x.versions), truncated=x.truncated, text=x.text)
-    return out
-
-
-def sampling_params(cfg: MasterConfig, greedy: bool = False) -> Any:
-    from trainer.generation import SamplingParams
-
-    gc = cfg.policy.generation
-    temp = 0.0 if greedy and gc.val_temperature is None else (gc.val_temperature if greedy else gc.temperature)
-    return SamplingParams(temperature=temp, top_p=gc.top_p, max_new_tokens=gc.max_new_tokens,
-                          stop=tuple(gc.stop_strings or ()))
-
-
-def to_response(policy: Any, s: Sample, row: dict[str, Any]) -> dict[str, Any]:
-    from trainer.responses import build_response, turn_items
-
-    items = turn_items(s.text, prompt_ids=s.prompt_ids, gen_ids=s.gen_ids, logprobs=s.gen_logprobs,
-                       versions=s.versions, parse_tools=False)
-    return build_response(items, create_params=row.get("responses_create_params", {}), model=policy.name,
-                          input_tokens=len(s.prompt_ids), output_tokens=len(s.gen_ids), incomplete=s.truncated)
 
 
 class GeneratorWorker:
@@ -224,8 +148,8 @@ class RewardWorker:
         self.client = EnvClient(urls, max_concurrency_per_server=e.max_concurrency_per_server, timeout_s=e.verify_timeout_s,
                                 retries=1, backoff_s=0.1, max_backoff_s=0.5)
         self.stats = {"reward_seconds": 0.0, "scored": 0, "failed": 0, "retried": 0, "failures_by_class": {}}
+        self.error: str | None = None  # the traceback of an exception in our own scoring code
         self._policy_name = self.cfg.policy.model_name
-        self._group_envs: dict[str, bool] = {}  # env -> serves POST /compare (from its /info)
 
     def env_of(self, row: dict[str, Any]) -> str:
         if row.get("_verigym_env"):
@@ -236,8 +160,9 @@ class RewardWorker:
         return self.route_map.get(name, name)
 
     async def _score(self, row: dict[str, Any], s: Sample) -> None:
-        from trainer.grpo.workers import to_response
+        from servers.client import EnvClientError
         from servers.wire import FAILURE_CLASS_KEY
+        from trainer.responses import public_row
 
         env = self.env_of(row)
         s.env = env
@@ -247,9 +172,9 @@ class RewardWorker:
         response = to_response(_NameOnly(self._policy_name), s, row)
         for attempt in range(self.cfg.env.failed_rollout_retries + 1):
             try:
-                reply = await self.client.verify(env, row, response)
+                reply = await self.client.verify(env, public_row(row), response)
                 failure = reply.get(FAILURE_CLASS_KEY)
-            except Exception as exc:  # a 4xx/5xx answer: the server could not score it
+            except EnvClientError as exc:  # a 4xx/5xx answer: the server could not score it
                 reply, failure = {"reward": 0.0}, f"http_error:{type(exc).__name__}"
             if failure is None:
                 s.reward, s.failure = float(reply.get("reward", 0.0)), None
@@ -259,78 +184,6 @@ class RewardWorker:
                 await asyncio.sleep(0.2 * 2 ** attempt)
         s.reward, s.failure = 0.0, str(failure)
         self._count_failure(s.failure)
-
-    async def _scores_groups(self, env: str) -> bool:
-        """Whether ``env``'s server scores whole groups (it publishes a ``compare`` endpoint on /info)."""
-        if env not in self._group_envs:
-            try:
-                status, info = await self.client.get(env, "/info")
-            except Exception:  # noqa: BLE001 - unreachable now: ask again next time, score per sample meanwhile
-                return False
-            self._group_envs[env] = status == 200 and "compare" in (info.get("endpoints") or {})
-        return self._group_envs[env]
-
-    async def _compare(self, row: dict[str, Any], samples: list[Sample]) -> None:
-        """One ``POST /compare`` for the group; per-response failure classes come back masked."""
-        from servers.client import EnvClientError
-
-        env = self.env_of(row)
-        for s in samples:
-            s.env = env
-        todo = [s for s in samples if s.failure != PROMPT_TOO_LONG]
-        for s in samples:
-            if s.failure == PROMPT_TOO_LONG:
-                self._count_failure(s.failure)
-        if len(todo) < 2:  # nothing to compare a lone response with
-            for s in todo:
-                s.reward, s.failure = 0.0, "group_too_small"
-                self._count_failure(s.failure)
-            return
-        params = row.get("responses_create_params", {})
-        history = params.get("input", [])
-        history = [{"role": "user", "content": history}] if isinstance(history, str) else list(history)
-        if params.get("instructions"):
-            history.insert(0, {"role": "system", "content": params["instructions"]})
-        body: dict[str, Any] = {"conversation_history": history,
-                                "response_objs": [to_response(_NameOnly(self._policy_name), s, row) for s in todo]}
-        if row.get("principle") is not None:
-            body["principle"] = row["principle"]
-        retries = self.cfg.env.failed_rollout_retries
-        rewards: list[float] = [0.0] * len(todo)
-        failures: list[str | None] = ["no_reply"] * len(todo)
-        for attempt in range(retries + 1):
-            try:
-                status, reply = await self.client.post(env, "/compare", body)
-            except EnvClientError as exc:  # retries on 503 / connection errors ran out
-                failures = [exc.failure_class.value if exc.failure_class else "connection_error"] * len(todo)
-            else:
-                if status == 200:
-                    rewards = [float(r) for r in reply["rewards"]]
-                    failures = [f and str(f.get("_ng_failure_class")) for f in reply.get("failures") or [None] * len(todo)]
-                else:  # a 4xx/5xx: the server could not score the group
-                    failures = [f"http_error:{status}"] * len(todo)
-            if not any(failures) or attempt == retries:
-                break
-            self.stats["retried"] += 1
-            await asyncio.sleep(0.2 * 2 ** attempt)
-        for s, reward, failure in zip(todo, rewards, failures):
-            s.reward, s.failure = (reward, None) if failure is None else (0.0, failure)
-            if failure is not None:
-                self._count_failure(failure)
-
-    async def _score_group(self, row: dict[str, Any], samples: list[Sample], group_id: int) -> None:
-        from servers.wire import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
-
-        env = self.env_of(row)
-        if await self._scores_groups(env):
-            if self.cfg.env.group_scoring == "compare":
-                return await self._compare(row, samples)
-            # cohort /verify: the server groups the samples by task index and waits for all of them
-            sent = [s for s in samples if s.failure != PROMPT_TOO_LONG]
-            tagged = {**row, TASK_INDEX_KEY: group_id, "num_rollouts_per_prompt": len(sent)}
-            await asyncio.gather(*(self._score({**tagged, ROLLOUT_INDEX_KEY: j}, s) for j, s in enumerate(samples)))
-            return
-        await asyncio.gather(*(self._score(row, s) for s in samples))
 
     def _count_failure(self, failure: str) -> None:
         self.stats["failed"] += 1
@@ -348,7 +201,7 @@ class RewardWorker:
 
     async def _score_groups(self, groups: list[Group], rows: list[dict[str, Any]]) -> int:
         t0 = time.perf_counter()
-        await asyncio.gather(*(self._score_group(row, grp.samples, grp.ticket.slot) for grp, row in zip(groups, rows)))
+        await asyncio.gather(*(self._score(row, s) for grp, row in zip(groups, rows) for s in grp.samples))
         for grp, row in zip(groups, rows):  # after the env reward: low-effort length shaping, prompt-kind tags
             apply_effort_shaping(grp.samples, row, self.cfg.env.effort_levels)
         self.stats["reward_seconds"] += time.perf_counter() - t0
@@ -357,25 +210,11 @@ class RewardWorker:
         return len(groups)
 
     async def score_samples(self, samples: list[Sample], rows: list[dict[str, Any]]) -> list[Sample]:
-        """Validation: samples one by one, except consecutive samples of one row for an environment
-        that scores groups, which go together through /compare."""
-        runs: list[tuple[dict[str, Any], list[Sample]]] = []
-        for s, r in zip(samples, rows):
-            if runs and (runs[-1][0] is r or runs[-1][0] == r):
-                runs[-1][1].append(s)
-            else:
-                runs.append((r, [s]))
-        jobs = []
-        for row, run in runs:
-            if await self._scores_groups(self.env_of(row)):
-                jobs.append(self._compare(row, run))
-            else:
-                jobs += [self._score(row, s) for s in run]
-        await asyncio.gather(*jobs)
+        await asyncio.gather(*(self._score(r, s) for s, r in zip(samples, rows)))
         return samples
 
     def get_stats(self) -> dict[str, Any]:
-        return dict(self.stats)
+        return {**self.stats, "error": self.error}
 
 
 class _NameOnly:

@@ -1,0 +1,78 @@
+"""The reward worker against a real environment server on loopback: nothing private is POSTed,
+and an exception in our own scoring code is an error with its traceback, not a masked sample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servers import registry
+from servers.app import start_server
+from trainer.config import load_config
+from trainer.grpo.replay_buffer import Group, Sample, Ticket
+from trainer.grpo.workers import RewardWorker
+from trainer.responses import public_row
+
+FIXTURES = Path(__file__).parent / "fixture_envs"
+
+
+class _Buffer:  # stands in for the replay-buffer actor handle (``await buffer.put.remote(groups)``)
+    def __init__(self) -> None:
+        self.put = self
+        self.groups: list[Group] = []
+
+    async def remote(self, groups: list[Group]) -> None:
+        self.groups += groups
+
+
+@pytest.fixture
+async def answer_match_url(monkeypatch):
+    monkeypatch.setenv("VERIGYM_ENV_PATH", str(FIXTURES))
+    server = await start_server(registry.instantiate("answer_match", overrides={"cpu_workers": 1}))
+    yield server.url
+    await server.stop(drain_timeout=5)
+
+
+def _group(texts: list[str]) -> Group:
+    return Group(Ticket(0, 0, 0), "p0", 0, [Sample([1], [2], [-0.5], [0], False, text=t) for t in texts])
+
+
+def _row(**extra) -> dict:
+    return {"responses_create_params": {"input": [{"role": "user", "content": "say 4"}]}, "expected_answer": "4",
+            "_verigym_env": "answer_match", "_verigym_id": "p0", "_verigym_reasoning": "off", "_ng_task_index": 3,
+            **extra}
+
+
+def test_public_row_drops_only_the_trainers_keys():
+    assert public_row(_row()) == {"responses_create_params": _row()["responses_create_params"], "expected_answer": "4",
+                                  "_ng_task_index": 3}
+
+
+async def test_rows_reach_verify_without_private_keys(answer_match_url):
+    buffer = _Buffer()
+    worker = RewardWorker(load_config("tiny").model_dump(mode="json"), {"answer_match": answer_match_url}, buffer, {})
+    sent: list[dict] = []
+    verify = worker.client.verify
+
+    async def recording(env, row, response=None, **kw):
+        sent.append(row)
+        return await verify(env, row, response, **kw)
+
+    worker.client.verify = recording
+    assert await worker.score_groups([_group(["4", "5"])], [_row()]) == 1
+    assert [s.reward for s in buffer.groups[0].samples] == [1.0, 0.0]
+    assert sent and all(not k.startswith("_verigym_") for row in sent for k in row)
+    assert worker.get_stats()["error"] is None
+
+
+async def test_an_exception_in_our_scoring_code_surfaces_with_its_traceback(answer_match_url):
+    buffer = _Buffer()
+    worker = RewardWorker(load_config("tiny").model_dump(mode="json"), {"answer_match": answer_match_url}, buffer, {})
+    bad = _row(metadata={"tags": {"a", "b"}})  # a set: our client cannot serialise the row (a bug of ours)
+    with pytest.raises(TypeError):
+        await worker.score_groups([_group(["4"])], [bad])
+    error = worker.get_stats()["error"]
+    assert "Traceback" in error and "TypeError" in error
+    assert worker.get_stats()["failures_by_class"] == {}  # not passed off as an http_error sample
+    assert buffer.groups == []
