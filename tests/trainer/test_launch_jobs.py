@@ -141,17 +141,6 @@ def test_slurm_tiny_blend_attached_and_detached(tmp_path):
     print(f"both Slurm jobs done in {time.monotonic() - t0:.0f}s")
 
 
-@slurm
-def test_slurm_job_exit_status_reaches_the_attached_command(tmp_path, capsys):
-    profile, wandb, _ = load_profile("local-slurm", EXAMPLE_ENV)
-    job = JobSpec(name="verigym-status-test", job_dir=tmp_path / "job", workdir=REPO,
-                  trainer_command=("bash", "-c", 'echo "project=$WANDB_PROJECT ray=$RAY_ADDRESS"; exit 3'))
-    assert launch(profile, job, attached=True, wandb=wandb) == 3
-    out = capsys.readouterr().out
-    assert "project=verigym ray=" in out and "finished with exit status 3" in out
-    assert slurm_job_state(_job_id(out)) == ("FAILED", 3)
-
-
 def _slurm_nodes() -> int:
     if _slurm_reason() is not None:
         return 0
@@ -162,18 +151,21 @@ def _slurm_nodes() -> int:
 @pytest.mark.skipif(_slurm_nodes() < 3, reason="needs a 3-node Slurm (scripts/ci_slurm.sh starts vg1..vg3 on this machine)")
 def test_slurm_three_nodes_ray_spans_two_and_the_fleet_runs_on_the_third(tmp_path, capsys):
     """A real multi-node allocation: the Ray worker joins through srun on the second node, the
-    environment servers run on the last node (fleet_nodes = 1), and the trainer sees both."""
+    environment servers run on the last node (fleet_nodes = 1), the trainer sees both; [wandb]
+    reaches the job, and the trainer's exit status (3) is the job's and the attached command's."""
     env_file = tmp_path / "env.toml"
-    env_file.write_text('[three]\nexecutor = "slurm"\nnodes = 3\nfleet_nodes = 1\ntime = "00:20:00"\n')
+    env_file.write_text('[wandb]\nproject = "p3"\n[three]\nexecutor = "slurm"\nnodes = 3\nfleet_nodes = 1\ntime = "00:20:00"\n')
     profile, wandb, _ = load_profile("three", env_file)
     check = ("import json, os, ray; ray.init(address='auto', log_to_driver=False); "
-             "print('RAY-NODES', sum(n['Alive'] for n in ray.nodes()), json.dumps(json.load(open(os.environ['VERIGYM_FLEET_FILE']))))")
+             "print('RAY-NODES', sum(n['Alive'] for n in ray.nodes()), os.environ['WANDB_PROJECT'], "
+             "json.dumps(json.load(open(os.environ['VERIGYM_FLEET_FILE'])))); raise SystemExit(3)")
     job = JobSpec(name="verigym-3node-test", job_dir=tmp_path / "job", workdir=REPO,
                   trainer_command=(sys.executable, "-c", check), fleet=FleetSpec(envs=("math",)))
-    assert launch(profile, job, attached=True, wandb=wandb) == 0
+    assert launch(profile, job, attached=True, wandb=wandb) == 3
     out = capsys.readouterr().out
+    assert "finished with exit status 3" in out and slurm_job_state(_job_id(out)) == ("FAILED", 3)
     nodes = next(x for x in out.splitlines() if "Ray on" in x)
     ray_nodes, fleet_nodes = nodes.split("Ray on ")[1].split("; environment servers on ")
     assert len(ray_nodes.split()) == 2 and len(fleet_nodes.split()) == 1 and fleet_nodes not in ray_nodes
-    assert "RAY-NODES 2 " in out and "fleet gate: 1 server(s) healthy: math x1" in out
+    assert "RAY-NODES 2 p3 " in out and "fleet gate: 1 server(s) healthy: math x1" in out
     assert _leftovers(f"verigym-ray-{_job_id(out)}-") == []
