@@ -42,19 +42,9 @@ def cmd_blends(_: argparse.Namespace) -> int:
 
 
 # ---- driver data prep -----------------------------------------------------------------------
-def prep_blend(blend_name: str, output: Path, *, sample: int | None = None, force: bool = False,
-               input_path: Path | None = None, skip_invalid: bool = False, pass_rates: Path | None = None) -> Any:
-    from trainer.blends import load_blend
-    from trainer.data_prep import PrepOptions, prepare
-
-    blend = load_blend(blend_name)
-    return prepare(blend, PrepOptions(output=output, sample=sample, force=force, input=input_path,
-                                      skip_invalid=skip_invalid, pass_rates=pass_rates))
-
-
 def cmd_data_prep(args: argparse.Namespace) -> int:
     from trainer.blends import BlendError
-    from trainer.data_prep import DataPrepError
+    from trainer.data_prep import DataPrepError, prep_blend
 
     out = _data_dir(args)
     try:
@@ -104,7 +94,7 @@ def _parse_urls(pairs: list[str]) -> dict[str, str]:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from trainer.blends import BlendError, load_blend
-    from trainer.data_prep import DataPrepError
+    from trainer.data_prep import DataPrepError, prep_blend
     from trainer.generation import SamplingParams
     from trainer.rollout import RolloutSettings, format_summary, read_rollouts
 

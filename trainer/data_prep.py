@@ -417,3 +417,12 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
     }
     manifest_path.write_text(json.dumps(manifest, indent=2))
     return PrepResult(out, manifest, rejected=rejected)
+
+
+def prep_blend(blend_name: str, output: Path, *, sample: int | None = None, force: bool = False,
+               input_path: Path | None = None, skip_invalid: bool = False, pass_rates: Path | None = None) -> PrepResult:
+    """``driver data prep`` by blend name (also what ``driver run`` calls before training)."""
+    from trainer.blends import load_blend
+
+    return prepare(load_blend(blend_name), PrepOptions(output=output, sample=sample, force=force, input=input_path,
+                                                       skip_invalid=skip_invalid, pass_rates=pass_rates))

@@ -60,7 +60,7 @@ def _load_data(cfg: MasterConfig, data_dir: str | None,
         train, val = read(Path(cfg.data.train_data_path)), read(Path(cfg.data.validation_data_path or ""))
     elif cfg.data.blend:
         from trainer.blends import load_blend
-        from trainer.cli import prep_blend
+        from trainer.data_prep import prep_blend
 
         blend = load_blend(cfg.data.blend)
         out = Path(data_dir) if data_dir else Path("data") / Path(cfg.data.blend).stem
