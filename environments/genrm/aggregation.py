@@ -48,25 +48,26 @@ def comparison_pairs(strategy: Strategy, n: int) -> list[tuple[int, int]]:
 
 
 # ---- reading a response and a GenRM reply ----------------------------------------------------
+def _get(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
 def response_texts(response: Any) -> tuple[str, str]:
-    """(reasoning, answer) of a Responses-API object (a dict or a pydantic model)."""
-    if hasattr(response, "model_dump"):
-        response = response.model_dump()
+    """(reasoning, answer) of a Responses-API object: a dict, or the server's validated model
+    (read in place: dumping 16 pydantic responses per group costs more than the rest of /compare)."""
     reasoning: list[str] = []
     answer: list[str] = []
-    output = response.get("output") if isinstance(response, dict) else None
+    output = _get(response, "output")
     for item in output if isinstance(output, list) else []:
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "reasoning":
-            reasoning.extend(str(s.get("text") or "") for s in item.get("summary") or [] if isinstance(s, dict))
-        elif item.get("type") == "message":
-            content = item.get("content")
+        kind = _get(item, "type")
+        if kind == "reasoning":
+            reasoning.extend(str(_get(s, "text") or "") for s in _get(item, "summary") or [])
+        elif kind == "message":
+            content = _get(item, "content")
             if isinstance(content, str):
                 answer.append(content)
             elif isinstance(content, list):
-                answer.extend(str(c.get("text") or "") for c in content
-                              if isinstance(c, dict) and c.get("type") == "output_text")
+                answer.extend(str(_get(c, "text") or "") for c in content if _get(c, "type") == "output_text")
     return "".join(reasoning), "".join(answer)
 
 

@@ -120,3 +120,13 @@ def test_response_texts():
     assert response_texts(response) == ("think more", "Paris is it.")
     assert response_texts({"output": []}) == ("", "")
     assert shown_answer("  ") == "None" and shown_answer("x") == "x"
+
+
+def test_response_texts_reads_the_validated_model_the_same_way():
+    from servers.wire import ResponseObject
+
+    response = {"output": [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Paris"}]},
+        {"type": "message", "role": "assistant", "content": "plain string"}]}
+    assert response_texts(ResponseObject.model_validate(response)) == response_texts(response) == ("think", "Parisplain string")
