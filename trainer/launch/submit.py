@@ -72,12 +72,20 @@ def submit_script(profile: LocalProfile | SlurmProfile, job: JobSpec) -> Submiss
 
 
 def slurm_job_state(job_id: str) -> tuple[str, int | None]:
-    """``(state, exit status)`` from ``scontrol show job`` (status None until the job ended)."""
+    """``(state, exit status)`` from ``scontrol show job`` (status None until the job ended); from
+    ``sacct`` once slurmctld has forgotten the job (MinJobAge), where accounting is on."""
     done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise LaunchError(f"scontrol show job {job_id}: {done.stderr.strip()}")
-    state = re.search(r"\bJobState=(\S+)", done.stdout)
-    code = re.search(r"\bExitCode=(\d+):(\d+)", done.stdout)
+    if done.returncode == 0:
+        state = re.search(r"\bJobState=(\S+)", done.stdout)
+        code = re.search(r"\bExitCode=(\d+):(\d+)", done.stdout)
+    else:
+        acct = subprocess.run(["sacct", "-j", job_id, "-n", "-X", "-P", "-o", "State,ExitCode"],
+                              capture_output=True, text=True) if shutil.which("sacct") else None
+        line = acct.stdout.strip().splitlines()[0] if acct and acct.returncode == 0 and acct.stdout.strip() else ""
+        if not line:
+            raise LaunchError(f"job {job_id} is unknown to scontrol ({done.stderr.strip()}) and to sacct")
+        state = re.match(r"(\w+)", line)
+        code = re.search(r"\|(\d+):(\d+)", line)
     name = state.group(1) if state else "UNKNOWN"
     if name not in TERMINAL_STATES:
         return name, None
@@ -114,7 +122,16 @@ def follow(sub: Submission, out: IO[str] | None = None, poll_s: float = 0.5) -> 
     if sub.process is not None:
         status_of = sub.process.poll
     else:
-        status_of = lambda: slurm_job_state(sub.job_id)[1]  # noqa: E731
+        seen = [""]
+
+        def slurm_status() -> int | None:  # and say when the job's state changes (PENDING -> RUNNING ...)
+            state, status = slurm_job_state(sub.job_id)
+            if state != seen[0]:
+                seen[0] = state
+                print(f"[driver] job {sub.job_id}: {state}", file=out, flush=True)
+            return status
+
+        status_of = slurm_status
     while True:
         try:
             follower.pump()
