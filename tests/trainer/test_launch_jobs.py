@@ -3,7 +3,6 @@ cluster (scripts/ci_slurm.sh; skipped with the reason when it is not up): Ray st
 the environment fleet behind its readiness gate, the trainer, the job's exit status, the logs and
 outputs where docs/cluster.md says, and nothing left running afterwards."""
 import json
-import os
 import shutil
 import subprocess
 import sys
