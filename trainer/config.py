@@ -138,11 +138,18 @@ class PolicyConfig(_Section):
     max_grad_norm: float | None = 1.0
     precision: Literal["float32", "bfloat16"] = "float32"
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    # NeMo-RL's list: [{name: torch.optim.lr_scheduler.X, kwargs: {..}}, ..., {milestones: [..]}]
+    # (trainer/grpo/lr_schedule.py); stepped once per optimizer step; null = constant lr
+    scheduler: list[dict[str, Any]] | None = None
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
 
     @model_validator(mode="after")
     def _check_schedule(self) -> "PolicyConfig":
+        if self.scheduler:
+            from trainer.grpo.lr_schedule import check_entries
+
+            check_entries(self.scheduler)
         for step, length in self.max_total_sequence_length_schedule.items():
             if step < 0 or not 8 <= length <= self.max_total_sequence_length:
                 raise ValueError(f"policy.max_total_sequence_length_schedule {{{step}: {length}}}: steps must be >= 0 and "

@@ -216,6 +216,10 @@ def format_summary(s: dict[str, Any]) -> str:
              f"reward {s['reward_seconds']}s",
              f"  generated tokens {s['generated_tokens']}, in-flight weight updates {s['in_flight_weight_updates']}, "
              f"dropped stale groups {s['dropped_stale_groups']}",
+             *([f"  policy lag: group mean {lag['group_lag_mean']} (max {lag['group_lag_max']}), token mean "
+                f"{lag['token_lag_mean']} (max {lag['token_lag_max']}); samples with tokens of 2+ weight versions "
+                f"{lag['mixed_version_samples_frac']:.1%} (in {lag['steps_with_mixed_versions']} steps)"]
+               if (lag := s.get("lag")) else []),
              f"  failed samples (masked) {s['failed_samples']} {s['failures_by_class'] or ''}, re-scored {s['retried_scores']}"]
     if val:
         lines.append(f"  validation reward: step {val[0][0]}: {val[0][1]:.3f} -> step {val[-1][0]}: {val[-1][1]:.3f}  "

@@ -135,6 +135,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             logger.log(v, 0)
             result.val_history.append((0, v.get("validation/reward", 0.0)))
         total_wait = total_train = total_sync = 0.0
+        lags: list[dict[str, float]] = []  # per-step async/* lag metrics, summarised at the end
         t_loop = time.perf_counter()
         bar = _progress(cfg.grpo.max_num_steps, start, cfg.logger.progress_bar)
         for step in range(start, cfg.grpo.max_num_steps):
@@ -178,6 +179,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
                 "env/failed_samples_total": rstats["failed"], "env/retried_total": rstats["retried"],
             })
             result.steps_done = step + 1
+            lags.append({k: m[k] for k in _LAG_KEYS})
             done = step + 1 == cfg.grpo.max_num_steps
             if (cfg.grpo.val_period > 0 and (step + 1) % cfg.grpo.val_period == 0) or (done and cfg.grpo.val_at_end):
                 v = validate(cfg, comps, val_rows)
@@ -209,6 +211,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             "trainer_idle_fraction": round(total_wait / max(loop_s, 1e-9), 3),
             "generated_tokens": sum(g["tokens"] for g in gstats),
             "in_flight_weight_updates": sum(g["in_flight_updates"] for g in gstats),
+            "lag": lag_summary(lags),
             "dropped_stale_groups": actors.get(comps.buffer.stats.remote(), to, "buffer.stats")["dropped_stale_groups"],
             "failed_samples": rstats["failed"], "failures_by_class": rstats["failures_by_class"],
             "retried_scores": rstats["retried"],
@@ -246,6 +249,23 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             transport.close()
             if not ray_was_up and ray.is_initialized():  # we started (or were starting) it
                 ray.shutdown()
+
+
+_LAG_KEYS = ("async/lag_mean", "async/lag_max", "async/token_lag_mean", "async/token_lag_max",
+             "async/mixed_version_samples_frac")
+
+
+def lag_summary(lags: list[dict[str, float]]) -> dict[str, float]:
+    """The run's policy lag: mean/max over steps of the group lag (trained step - version that started
+    the group) and token lag (trained step - version that sampled the token), and the share of samples
+    whose tokens came from more than one weight version (what in-flight updates produce)."""
+    if not lags:
+        return {}
+    mean = lambda k: round(sum(x[k] for x in lags) / len(lags), 3)  # noqa: E731
+    return {"group_lag_mean": mean("async/lag_mean"), "group_lag_max": max(x["async/lag_max"] for x in lags),
+            "token_lag_mean": mean("async/token_lag_mean"), "token_lag_max": max(x["async/token_lag_max"] for x in lags),
+            "mixed_version_samples_frac": mean("async/mixed_version_samples_frac"),
+            "steps_with_mixed_versions": sum(x["async/mixed_version_samples_frac"] > 0 for x in lags)}
 
 
 def _push_weights(comps: actors.Components, version: int, to: float) -> None:

@@ -62,7 +62,8 @@ def mean_reward(rewards: torch.Tensor, weight: torch.Tensor) -> float:
 
 
 def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[Group], step: int,
-                    cfg: MasterConfig, pad_id: int, reference: ReferencePolicy | None = None) -> dict[str, Any]:
+                    cfg: MasterConfig, pad_id: int, reference: ReferencePolicy | None = None,
+                    scheduler: Any = None) -> dict[str, Any]:
     """``reference`` is required when ``loss_fn.reference_policy_kl_penalty > 0``: the KL term
     needs reference logprobs, and a penalty that silently does nothing is worse than an error."""
     t0 = time.perf_counter()
@@ -130,7 +131,10 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
             stats.add(st)
             ent_sum += float((ent.detach() * token_mask[i:j, :t]).sum())
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), pc.max_grad_norm or float("inf"))
+        lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
+        if scheduler is not None:  # policy.scheduler: one step per optimizer step (NeMo-RL)
+            scheduler.step()
         losses.append(total)
         grad_norms.append(float(gn))
     model.eval()
@@ -142,6 +146,7 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
     n_tok = float(token_mask.sum())
     out: dict[str, Any] = {
         "train/loss": sum(losses) / len(losses), "train/grad_norm": sum(grad_norms) / len(grad_norms),
+        "train/lr": lr,
         # One rule for both: failed samples count only when env.should_mask_flagged_samples is off.
         "train/reward": mean_reward(rewards, valid_f),
         **{f"train/reward/{e}": mean_reward(rewards, valid_f * torch.tensor([float(s.env == e) for s in samples]))

@@ -30,6 +30,7 @@ from trainer.config import MasterConfig
 from trainer.grpo.decode import (PROMPT_TOO_LONG, decode_within_context, load_policy,  # noqa: F401
                                  prompt_ids_for, sampling_params, to_response)
 from trainer.grpo.effort import apply_effort_shaping
+from trainer.grpo.lr_schedule import build_scheduler
 from trainer.grpo.reference import ReferencePolicy
 from trainer.grpo.replay_buffer import Group, Sample, Ticket
 from trainer.grpo.train_step import grpo_train_step
@@ -325,6 +326,7 @@ class TrainerWorker:
         if "betas" in kw:
             kw["betas"] = tuple(kw["betas"])
         self.optimizer = cls(self.policy.model.parameters(), **kw)
+        self.scheduler = build_scheduler(self.optimizer, self.cfg.policy.scheduler)  # policy.scheduler, or None
         self.pad_id = self.policy.tokenizer.pad_token_id
         self.reference: ReferencePolicy | None = None
 
@@ -335,7 +337,8 @@ class TrainerWorker:
 
     def train_step(self, groups: list[Group], step: int) -> dict[str, Any]:
         self._ensure_reference()
-        m = grpo_train_step(self.policy.model, self.optimizer, groups, step, self.cfg, self.pad_id, self.reference)
+        m = grpo_train_step(self.policy.model, self.optimizer, groups, step, self.cfg, self.pad_id, self.reference,
+                            self.scheduler)
         self.policy.version = step + 1
         return m
 
@@ -370,6 +373,8 @@ class TrainerWorker:
                            tokenizer=self.policy.tokenizer)
         if self.reference is not None:
             self.reference.save(path)
+        if self.scheduler is not None:
+            torch.save(self.scheduler.state_dict(), f"{path}/scheduler.pt")
         return True
 
     def load(self, path: str, version: int) -> bool:
@@ -377,6 +382,19 @@ class TrainerWorker:
 
         load_trainer_state(path, self.policy.model, self.optimizer)
         self.policy.version = version
+        if self.scheduler is not None:
+            from pathlib import Path
+
+            saved = Path(path) / "scheduler.pt"
+            if saved.exists():
+                self.scheduler.load_state_dict(torch.load(saved, weights_only=False))
+            else:  # a checkpoint from a run without the schedule: continue where the step count says
+                import warnings
+
+                with warnings.catch_warnings():  # torch warns about stepping before optimizer.step(): intended
+                    warnings.simplefilter("ignore")
+                    for _ in range(version * (self.cfg.rollout_batch_size // self.cfg.global_batch_size)):
+                        self.scheduler.step()
         if self.cfg.loss_fn.reference_policy_kl_penalty > 0:
             self.reference = ReferencePolicy.load(self.policy.model, path)
             if self.reference is None:
