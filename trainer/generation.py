@@ -150,31 +150,24 @@ def decode_batch(policy: Policy, prompts: list[list[int]], params: list[Sampling
 
 def compute_logprobs(model: Any, prompt_ids: list[list[int]] | list[int], gen_ids: list[list[int]] | list[int], *,
                      temperature: float = 1.0, pad_token_id: int = 0) -> list[torch.Tensor] | torch.Tensor:
-    """Logprobs of ``gen_ids`` given ``prompt_ids`` under ``model`` (one forward, batched).
+    """Logprobs of ``gen_ids`` given ``prompt_ids`` under ``model``: one sequence (lists of ints ->
+    1-D tensor) or a batch (lists of lists -> one 1-D tensor per sequence, length ``len(gen)``).
+    The computation is :func:`trainer.logprobs.forward_logprobs`, the one the loss uses."""
+    from trainer.logprobs import forward_logprobs
 
-    Accepts one sequence (lists of ints -> 1-D tensor) or a batch (lists of lists -> list
-    of 1-D tensors, one per sequence, length ``len(gen)``). Gradients flow when the caller
-    has them enabled — the GRPO loss uses this directly. Right padding, so positions are
-    the plain 0..n-1 the model saw at generation time.
-    """
     single = bool(prompt_ids) and isinstance(prompt_ids[0], int)
     prompts = [prompt_ids] if single else prompt_ids
     gens = [gen_ids] if single else gen_ids
-    device = next(model.parameters()).device
-    seqs = [list(p) + list(g) for p, g in zip(prompts, gens)]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_token_id, dtype=torch.long, device=device)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, :len(s)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits.float()
-    if temperature > 0:
-        logits = logits / temperature
-    logp = F.log_softmax(logits[:, :-1], dim=-1).gather(2, ids[:, 1:].unsqueeze(2)).squeeze(2)
-    # Token t of the sequence is predicted at position t-1.
-    out = [logp[i, len(p) - 1: len(p) - 1 + len(g)] for i, (p, g) in enumerate(zip(prompts, gens))]
+    seqs = [_Tokens(list(p), list(g)) for p, g in zip(prompts, gens)]
+    lp, _ = forward_logprobs(model, seqs, temperature, pad_token_id)
+    out = [lp[i, :len(g)] for i, g in enumerate(gens)]
     return out[0] if single else out
+
+
+@dataclass
+class _Tokens:
+    prompt_ids: list[int]
+    gen_ids: list[int]
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from trainer.grpo.train_step import forward_logprobs
+from trainer.logprobs import forward_logprobs
 
 REFERENCE_FILE = "reference.safetensors"
 
@@ -34,7 +34,7 @@ class ReferencePolicy:
         out = torch.zeros(len(samples), width)
         for i in range(0, len(samples), micro_batch):
             lp, _ = forward_logprobs(self.model, samples[i:i + micro_batch], temperature, pad_id)
-            out[i:i + micro_batch, :lp.shape[1]] = lp
+            out[i:i + micro_batch, :lp.shape[1]] = lp.to(out.device)
         return out
 
     def save(self, folder: str | Path) -> None:

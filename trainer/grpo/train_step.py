@@ -10,43 +10,17 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from trainer.config import MasterConfig
 from trainer.grpo.advantages import compute_advantages, group_ids_from_prompts, zero_variance_fraction
 from trainer.grpo.effort import effort_metrics
 from trainer.grpo.loss import LossInputs, clipped_pg_loss, seq_logprob_error_mask
 from trainer.grpo.metrics import StepStats
-from trainer.grpo.replay_buffer import Group, Sample
+from trainer.grpo.replay_buffer import Group
+from trainer.logprobs import forward_logprobs  # noqa: F401 - the one logprob function (re-exported for callers)
 
 if TYPE_CHECKING:
     from trainer.grpo.reference import ReferencePolicy
-
-
-def forward_logprobs(model: Any, samples: list[Sample], temperature: float, pad_id: int,
-                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs [B, T] of each sample's generated tokens (right-padded), the generation
-    temperature applied as the decode loop does (trainer.generation's convention)."""
-    seqs = [s.prompt_ids + s.gen_ids for s in samples]
-    width = max(len(x) for x in seqs)
-    T = max(len(s.gen_ids) for s in samples)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    att = torch.zeros_like(ids)
-    for i, x in enumerate(seqs):
-        ids[i, :len(x)] = torch.tensor(x)
-        att[i, :len(x)] = 1
-    logits = model(input_ids=ids, attention_mask=att).logits.float()
-    if temperature > 0:
-        logits = logits / temperature
-    # position p predicts token p+1; generated token t sits at len(prompt)+t
-    starts = torch.tensor([len(s.prompt_ids) - 1 for s in samples])
-    pos = (starts[:, None] + torch.arange(T)[None, :]).clamp(max=width - 2)
-    sel = logits.gather(1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))       # [B, T, V]
-    logp_all = F.log_softmax(sel, dim=-1)
-    tgt = ids.gather(1, (pos + 1))
-    lp = logp_all.gather(2, tgt[:, :, None]).squeeze(2)
-    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-    return lp, ent
 
 
 def _pad(rows: list[list[float]], T: int) -> torch.Tensor:
@@ -94,7 +68,7 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
         with torch.no_grad():
             for i in range(0, B, mb):
                 lp, _ = forward_logprobs(model, samples[i:i + mb], temp, pad_id)
-                lp_old[i:i + mb, :lp.shape[1]] = lp
+                lp_old[i:i + mb, :lp.shape[1]] = lp.to(lp_old.device)
     lp_ref = None
     if lc.reference_policy_kl_penalty > 0:
         if reference is None:
@@ -121,15 +95,16 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
         for i in range(gs, ge, mb):
             j = min(i + mb, ge)
             lp, ent = forward_logprobs(model, samples[i:j], temp, pad_id, with_entropy=True)
-            t = lp.shape[1]
-            x = LossInputs(lp=lp, lp_old=lp_old[i:j, :t], lp_gen=lp_gen[i:j, :t], advantages=adv[i:j],
-                           token_mask=token_mask[i:j, :t], sample_mask=sample_mask[i:j].float(),
-                           lp_ref=None if lp_ref is None else lp_ref[i:j, :t])
+            t, dev = lp.shape[1], lp.device  # the loss runs where the model is (one GPU, or CPU)
+            x = LossInputs(lp=lp, lp_old=lp_old[i:j, :t].to(dev), lp_gen=lp_gen[i:j, :t].to(dev),
+                           advantages=adv[i:j].to(dev), token_mask=token_mask[i:j, :t].to(dev),
+                           sample_mask=sample_mask[i:j].float().to(dev),
+                           lp_ref=None if lp_ref is None else lp_ref[i:j, :t].to(dev))
             loss, st = clipped_pg_loss(x, lc, toks, seqs)
             loss.backward()
             total += float(loss.detach())
             stats.add(st)
-            ent_sum += float((ent.detach() * token_mask[i:j, :t]).sum())
+            ent_sum += float((ent.detach() * x.token_mask).sum())
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), pc.max_grad_norm or float("inf"))
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
