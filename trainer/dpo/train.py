@@ -30,7 +30,7 @@ from trainer.dpo.preference_data import TokenizedPair, read_pairs, tokenize_pair
 from trainer.grpo import checkpoint
 from trainer.grpo.metrics import MetricsLogger
 from trainer.grpo.reference import ReferencePolicy
-from trainer.grpo.train_step import forward_logprobs
+from trainer.logprobs import forward_logprobs
 
 CACHE_FILE = "reference_logprobs.json"
 STAT_KEYS = ("loss", "preference_loss", "sft_loss", "accuracy", "rewards_chosen_mean", "rewards_rejected_mean",
@@ -56,10 +56,15 @@ def completion_logprob_sums(model: Any, pairs: list[TokenizedPair], pad_id: int)
     """[P] sums of the chosen / rejected completions' token logprobs (gradient flows when enabled)."""
     seqs = _sequences(pairs)
     lp, _ = forward_logprobs(model, seqs, 1.0, pad_id)
-    lengths = torch.tensor([len(s.gen_ids) for s in seqs])
-    mask = (torch.arange(lp.shape[1])[None, :] < lengths[:, None]).to(lp.dtype)
-    sums = (lp * mask).sum(-1)
+    sums = (lp * completion_mask(seqs, lp.shape[1]).to(lp.device, lp.dtype)).sum(-1)
     return sums[0::2], sums[1::2]
+
+
+def completion_mask(seqs: list[_Sequence], width: int) -> torch.Tensor:
+    """[B, width] 1 on each sequence's completion tokens: a shorter completion of a microbatch
+    never sums positions past its own end."""
+    lengths = torch.tensor([len(s.gen_ids) for s in seqs])
+    return (torch.arange(width)[None, :] < lengths[:, None]).float()
 
 
 def reference_sums(reference: ReferencePolicy, pairs: list[TokenizedPair], pad_id: int,
@@ -67,8 +72,8 @@ def reference_sums(reference: ReferencePolicy, pairs: list[TokenizedPair], pad_i
     """``{pair digest: [chosen sum, rejected sum]}`` under the frozen reference."""
     seqs = _sequences(pairs)
     width = max((len(s.gen_ids) for s in seqs), default=1)
-    lp = reference.logprobs(seqs, 1.0, pad_id, 2 * micro_batch, width)  # zeros past each completion's end
-    sums = lp.sum(-1).tolist()
+    lp = reference.logprobs(seqs, 1.0, pad_id, 2 * micro_batch, width)
+    sums = (lp * completion_mask(seqs, width)).sum(-1).tolist()
     return {p.digest: [sums[2 * i], sums[2 * i + 1]] for i, p in enumerate(pairs)}
 
 
@@ -82,11 +87,12 @@ def loss_weights(cfg: DPOMasterConfig) -> DPOLossWeights:
 
 def pair_batch(pairs: list[TokenizedPair], cache: dict[str, list[float]], pol_c: torch.Tensor,
                pol_r: torch.Tensor) -> PairBatch:
-    ref = torch.tensor([cache[p.digest] for p in pairs], dtype=pol_c.dtype)
+    dev = pol_c.device
+    ref = torch.tensor([cache[p.digest] for p in pairs], dtype=pol_c.dtype, device=dev)
     return PairBatch(policy_chosen=pol_c, policy_rejected=pol_r, reference_chosen=ref[:, 0], reference_rejected=ref[:, 1],
-                     tokens_chosen=torch.tensor([float(len(p.chosen_ids)) for p in pairs]),
-                     tokens_rejected=torch.tensor([float(len(p.rejected_ids)) for p in pairs]),
-                     pair_mask=torch.ones(len(pairs)))
+                     tokens_chosen=torch.tensor([float(len(p.chosen_ids)) for p in pairs], device=dev),
+                     tokens_rejected=torch.tensor([float(len(p.rejected_ids)) for p in pairs], device=dev),
+                     pair_mask=torch.ones(len(pairs), device=dev))
 
 
 def train_step(model: Any, optimizer: torch.optim.Optimizer, batch: list[TokenizedPair], cache: dict[str, list[float]],
