@@ -64,7 +64,11 @@ def test_driver_run_tiny_learns(tmp_path):
     """The README's first command, shipped config unchanged: validation reward rises by RL."""
     out = _run(tmp_path, "logger.progress_bar=false", timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    val = json.loads((tmp_path / "run" / "summary.json").read_text())["validation"]
-    start, best_late = val[0][1], max(v for _, v in val[-3:])
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    val = summary["validation"]
     assert val[0][0] == 0 and val[-1][0] == 160
-    assert best_late >= start + 0.2, val
+    assert val[-1][1] >= val[0][1] + 0.25, val  # the issue's bar, on the final value (not the best one)
+    rows = [r for r in _metrics(tmp_path / "run") if "validation/reward" in r]
+    for env in ("math", "reasoning_gym"):  # every environment of the blend rises
+        assert rows[-1][f"validation/reward/{env}"] > rows[0][f"validation/reward/{env}"], (env, rows[0], rows[-1])
+    assert summary["in_flight_weight_updates"] > 0 and summary["lag"]["mixed_version_samples_frac"] > 0
