@@ -18,10 +18,12 @@ CTL_PORT=${VERIGYM_SLURMCTLD_PORT:-16817}
 SLURMD_PORT=${VERIGYM_SLURMD_PORT:-16820}   # node i listens on SLURMD_PORT + i
 NODES=${VERIGYM_SLURM_NODES:-3}
 
-stop_daemon() {  # only the daemons whose pid files this script wrote
-  local pidfile=$1
-  if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    kill "$(cat "$pidfile")"
+stop_daemon() {  # only the daemons whose pid files this script wrote; waits until each has exited
+  local pidfile=$1 pid
+  if [[ -f $pidfile ]] && pid=$(cat "$pidfile") && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    # a daemon still exiting would delete the pid file of its successor: wait for it
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
   rm -f "$pidfile"
 }
@@ -50,6 +52,10 @@ fi
 export SLURM_CONF=$CONF
 # up: the controller answers and all NODES nodes are usable
 up() {
+  local i
+  for i in $(seq "$NODES"); do  # slurmctld may still list a dead slurmd as idle for minutes
+    [[ -f $DIR/slurmd-vg$i.pid ]] && kill -0 "$(cat "$DIR/slurmd-vg$i.pid")" 2>/dev/null || return 1
+  done
   scontrol ping 2>/dev/null | grep -q "UP" || return 1
   [[ $(sinfo -h -N -o "%N %T" 2>/dev/null | grep -cE " (idle|mixed|allocated)") == "$NODES" ]]
 }
