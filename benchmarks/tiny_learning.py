@@ -73,6 +73,9 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="tiny_learning_"))
     out.mkdir(parents=True, exist_ok=True)
+    # prepare data/tiny once, before the runs: parallel runs would each prepare it into the same folder
+    subprocess.run([sys.executable, "-m", "trainer.cli", "data", "prep", "--blend", "tiny"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
     load_start = os.getloadavg()
     pending, running, results = list(args.seeds), {}, []
     t0 = time.perf_counter()
