@@ -27,8 +27,8 @@ from servers.client import EnvClient, EnvClientError, SessionHandle
 from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass
 from trainer.generation import BatchedGenerator, Generation, SamplingParams
 from trainer.policy import Policy
-from trainer.responses import (build_response, chat_tools, function_call_output_item, to_chat_messages,
-                               turn_items)
+from trainer.responses import (build_response, chat_tools, function_call_output_item, offers_tools, public_row,
+                               to_chat_messages, turn_items)
 
 _PLACEHOLDER = "\x00VERIGYM_TURN\x00"
 
@@ -101,10 +101,11 @@ def _failure(reply_base: dict[str, Any], exc: EnvClientError | Exception, cls: F
 async def run_episode(generator: BatchedGenerator, client: EnvClient, env: str, row: dict[str, Any],
                       params: SamplingParams, *, stateful: bool = False, max_steps: int = 8) -> Episode:
     policy = generator.policy
+    row = public_row(row)  # the trainer's _verigym_* keys never reach a server
     create_params = row.get("responses_create_params") or {}
     messages = to_chat_messages(create_params)
     tools = chat_tools(create_params.get("tools"))
-    use_tools = bool(tools)
+    use_tools = offers_tools(create_params)
     prompt_ids = policy.encode(policy.render(messages, tools))
     episode = Episode(reply={}, prompt_ids=list(prompt_ids))
     output: list[dict[str, Any]] = []

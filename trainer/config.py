@@ -53,6 +53,8 @@ class GRPOConfig(_Section):
     val_at_end: bool = True
     max_val_samples: int | None = 64
     val_num_generations_per_prompt: int = Field(1, ge=1)
+    # model turns of one rollout of a session environment (seed_session -> turn -> tools -> ... -> verify)
+    max_rollout_turns: int = Field(8, ge=1)
     seed: int = 42
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig)
 

@@ -56,7 +56,7 @@ class Fleet:
     """``with Fleet(["math", "mcqa"]) as fleet: fleet.urls`` -> ``{"math": "http://127.0.0.1:P", ...}``."""
 
     def __init__(self, envs: list[str], *, overrides: dict[str, dict[str, Any]] | None = None,
-                 start_timeout_s: float = 120.0, log_dir: str | Path | None = None):
+                 start_timeout_s: float = 300.0, log_dir: str | Path | None = None):
         self.envs = list(dict.fromkeys(envs))
         self.overrides = overrides or {}
         self.start_timeout_s = start_timeout_s

@@ -53,10 +53,10 @@ def launch(cfg: MasterConfig, train_rows: list[dict[str, Any]], urls: dict[str, 
         max_num_epochs=cfg.grpo.max_num_epochs)
     reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(data, urls, buffer, route_map)
     placed = lambda res: {"resources": dict(res)} if res else spread  # noqa: E731 (custom resources pin the node)
-    trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources))(TrainerWorker).remote(data, transport)
+    trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources))(TrainerWorker).remote(data, transport, urls)
     rows_ref = ray.put(train_rows)
     generators = [ray.remote(num_cpus=1, max_concurrency=4, **placed(cfg.cluster.generator_resources))(GeneratorWorker).remote(
-        data, i, rows_ref, buffer, reward, transport) for i in range(cfg.cluster.num_generation_workers)]
+        data, i, rows_ref, buffer, reward, transport, urls) for i in range(cfg.cluster.num_generation_workers)]
     return Components(buffer, reward, trainer, generators)
 
 

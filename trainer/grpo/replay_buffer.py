@@ -43,6 +43,11 @@ class Sample:
     text: str = ""
     kind: str = ""                       # prompt kind: low_effort / reasoning_off / reasoning_budget (trainer.grpo.effort)
     length_reward: float | None = None   # effort shaping's L, when the reward was shaped
+    # Multi-turn rollouts (trainer/agent_loop.py): gen_ids hold every token after the first prompt —
+    # model turns (mask 1, trained) and tool outputs / chat-template glue (mask 0, logprob 0.0,
+    # version -1: never trained). None: every generated token is the model's (one turn).
+    gen_mask: list[int] | None = None
+    scored: bool = False                 # the rollout already ran /verify (its session ends there)
 
 
 @dataclass
@@ -55,7 +60,8 @@ class Group:
 
     @property
     def min_version(self) -> int:
-        return min((min(s.versions) for s in self.samples if s.versions), default=self.start_version)
+        # -1 marks tool-output tokens of a multi-turn sample: no policy version produced them
+        return min((v for s in self.samples for v in s.versions if v >= 0), default=self.start_version)
 
 
 class ReplayBuffer:

@@ -50,7 +50,9 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
     failed = torch.tensor([s.failure is not None for s in samples])
     valid = ~failed if cfg.env.should_mask_flagged_samples else torch.ones(B, dtype=torch.bool)
     truncated = torch.tensor([s.truncated for s in samples])
-    token_mask = _pad([[1.0] * len(s.gen_ids) for s in samples], T)
+    # model tokens only: a multi-turn sample's tool outputs (gen_mask 0) are never trained on
+    token_mask = _pad([[float(m) for m in s.gen_mask] if s.gen_mask is not None else [1.0] * len(s.gen_ids)
+                       for s in samples], T)
     lp_gen = _pad([s.gen_logprobs for s in samples], T)
 
     # sample mask: failed rollouts (env.should_mask_flagged_samples), overlong filtering (grpo.overlong_filtering;
@@ -117,7 +119,7 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
     envs = sorted({s.env for s in samples})
     valid_f = valid.float()
     lags = [step - grp.start_version for grp in groups]
-    token_lags = [step - v for s in samples for v in s.versions]
+    token_lags = [step - v for s in samples for v in s.versions if v >= 0]  # -1: a tool-output token
     n_tok = float(token_mask.sum())
     out: dict[str, Any] = {
         "train/loss": sum(losses) / len(losses), "train/grad_norm": sum(grad_norms) / len(grad_norms),
@@ -141,7 +143,7 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
         "async/lag_mean": sum(lags) / len(lags), "async/lag_max": max(lags),
         "async/token_lag_mean": sum(token_lags) / max(len(token_lags), 1),
         "async/token_lag_max": max(token_lags, default=0),
-        "async/mixed_version_samples_frac": sum(len(set(s.versions)) > 1 for s in samples) / B,
+        "async/mixed_version_samples_frac": sum(len({v for v in s.versions if v >= 0}) > 1 for s in samples) / B,
         "timing/train/policy_training": time.perf_counter() - t0,
         **effort_metrics(samples),  # prompt kinds (low effort, reasoning off / budget) and effort shaping
         **stats.summary(),

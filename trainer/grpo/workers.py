@@ -39,9 +39,13 @@ from trainer.grpo.weight_sync import WeightTransport
 
 class GeneratorWorker:
     def __init__(self, cfg_data: dict[str, Any], worker_id: int, rows: list[dict[str, Any]], buffer: Any,
-                 reward: Any, transport: WeightTransport):
+                 reward: Any, transport: WeightTransport, urls: dict[str, Any] | None = None):
+        from trainer.grpo.episodes import SessionRouter
+
         self.cfg = MasterConfig.model_validate(cfg_data)
         self.id, self.rows, self.buffer, self.reward, self.transport = worker_id, rows, buffer, reward, transport
+        self.urls = urls or {}  # environment servers: session rollouts talk to them from here
+        self.sessions = SessionRouter(self.urls) if self.urls else None
         self.policy = load_policy(self.cfg, self.cfg.cluster.torch_threads_per_actor)
         self.policy.version = -1  # no weights from the trainer yet: admission waits for the first push
         self._pending: tuple[int, Any] | None = None
@@ -123,11 +127,29 @@ class GeneratorWorker:
         K = self.cfg.grpo.num_generations_per_prompt
         params = sampling_params(self.cfg)
         start_version = self.policy.version
-        prompts = [prompt_ids_for(self.policy, self.rows[t.prompt_index]) for t in tickets]
-        # one RNG per batch seeded by its first slot: reproducible for the same admissions
-        rng = torch.Generator().manual_seed(tickets[0].seed)
-        step = tickets[0].slot // self.cfg.grpo.num_prompts_per_step  # the step these groups train at
-        gens = decode_within_context(self.policy, self.cfg, [p for p in prompts for _ in range(K)], params, rng, hook, step)
+        rows = [self.rows[t.prompt_index] for t in tickets]
+        # Rows of session environments (tools, per-rollout state) run the one rollout function,
+        # trainer.agent_loop.run_episode, K times each; the others decode in one batch.
+        session = [self.sessions.needs_session(r) for r in rows] if self.sessions else [False] * len(rows)
+        single = [i for i, multi in enumerate(session) if not multi]
+        gens: list[Sample] = [None] * (len(rows) * K)  # type: ignore[list-item]
+        if single:
+            prompts = [prompt_ids_for(self.policy, rows[i]) for i in single]
+            # one RNG per batch seeded by its first slot: reproducible for the same admissions
+            rng = torch.Generator().manual_seed(tickets[0].seed)
+            step = tickets[0].slot // self.cfg.grpo.num_prompts_per_step  # the step these groups train at
+            decoded = decode_within_context(self.policy, self.cfg, [p for p in prompts for _ in range(K)], params, rng,
+                                            hook, step)
+            for n, i in enumerate(single):
+                gens[i * K:(i + 1) * K] = decoded[n * K:(n + 1) * K]
+        multi = [i for i, m in enumerate(session) if m]
+        if multi:
+            from trainer.grpo.episodes import run_session_rollouts
+
+            scored = run_session_rollouts(self.policy, self.urls, [rows[i] for i in multi for _ in range(K)],
+                                          self.sessions, self.cfg, params, tickets[0].seed, hook)
+            for n, i in enumerate(multi):
+                gens[i * K:(i + 1) * K] = scored[n * K:(n + 1) * K]
         dt = time.perf_counter() - t0
         groups = []
         for i, t in enumerate(tickets):
@@ -171,8 +193,9 @@ class RewardWorker:
 
         env = self.env_of(row)
         s.env = env
-        if s.failure == PROMPT_TOO_LONG:  # never generated: nothing to score
-            self._count_failure(s.failure)
+        if s.failure == PROMPT_TOO_LONG or s.scored:  # never generated, or a session rollout verified already
+            if s.failure:
+                self._count_failure(s.failure)
             return
         response = to_response(_NameOnly(self._policy_name), s, row)
         for attempt in range(self.cfg.env.failed_rollout_retries + 1):
@@ -252,6 +275,9 @@ class RewardWorker:
         from servers.wire import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
         env = self.env_of(row)
+        if any(s.scored for s in samples):  # session rollouts: verified at the end of each episode
+            await asyncio.gather(*(self._score(row, s) for s in samples))
+            return
         if await self._scores_groups(env):
             if self.cfg.env.group_scoring == "compare":
                 return await self._compare(row, samples)
@@ -297,7 +323,7 @@ class RewardWorker:
                 runs.append((r, [s]))
         jobs = []
         for row, run in runs:
-            if await self._scores_groups(self.env_of(row)):
+            if not any(s.scored for s in run) and await self._scores_groups(self.env_of(row)):
                 jobs.append(self._compare(row, run))
             else:
                 jobs += [self._score(row, s) for s in run]
@@ -314,9 +340,13 @@ class _NameOnly:
 
 
 class TrainerWorker:
-    def __init__(self, cfg_data: dict[str, Any], transport: WeightTransport):
+    def __init__(self, cfg_data: dict[str, Any], transport: WeightTransport, urls: dict[str, Any] | None = None):
+        from trainer.grpo.episodes import SessionRouter
+
         self.cfg = MasterConfig.model_validate(cfg_data)
         self.transport = transport
+        self.urls = urls or {}  # validation rollouts of session environments talk to the servers from here
+        self.sessions = SessionRouter(self.urls) if self.urls else None
         self.policy = load_policy(self.cfg, self.cfg.cluster.torch_threads_per_actor)
         torch.manual_seed(self.cfg.grpo.seed)
         o = self.cfg.policy.optimizer
@@ -351,13 +381,29 @@ class TrainerWorker:
         return supervised_warm_start(self.policy, rows, self.cfg.policy.warm_start, seed=self.cfg.grpo.seed)
 
     def generate_validation(self, rows: list[dict[str, Any]], k: int) -> list[Sample]:
+        """k greedy samples per row, in row order; session rows through the one rollout function
+        (already scored), the others decoded in batches (scored by the reward worker)."""
         params = sampling_params(self.cfg, greedy=True)
-        prompts = [prompt_ids_for(self.policy, r) for r in rows for _ in range(k)]
-        out: list[Sample] = []
+        expanded = [r for r in rows for _ in range(k)]
+        session = [bool(self.sessions and self.sessions.needs_session(r)) for r in expanded]
+        single = [i for i, m in enumerate(session) if not m]
+        out: list[Sample] = [None] * len(expanded)  # type: ignore[list-item]
+        prompts = [prompt_ids_for(self.policy, expanded[i]) for i in single]
         bs = 64
         for i in range(0, len(prompts), bs):
-            out += decode_within_context(self.policy, self.cfg, prompts[i:i + bs], params,
-                                         torch.Generator().manual_seed(self.cfg.grpo.seed), step=max(self.policy.version, 0))
+            decoded = decode_within_context(self.policy, self.cfg, prompts[i:i + bs], params,
+                                            torch.Generator().manual_seed(self.cfg.grpo.seed),
+                                            step=max(self.policy.version, 0))
+            for j, sample in zip(single[i:i + bs], decoded):
+                out[j] = sample
+        multi = [i for i, m in enumerate(session) if m]
+        if multi:
+            from trainer.grpo.episodes import run_session_rollouts
+
+            scored = run_session_rollouts(self.policy, self.urls, [expanded[i] for i in multi], self.sessions,
+                                          self.cfg, params, self.cfg.grpo.seed)
+            for j, sample in zip(multi, scored):
+                out[j] = sample
         return out
 
     def prompts_too_long(self, rows: list[dict[str, Any]]) -> list[str]:
