@@ -57,8 +57,12 @@ def one_seed(seed: int, a: argparse.Namespace, work: Path) -> dict[str, Any]:
     ws = train_supervised(policy, examples, num_steps=a.warm_start_steps, batch_size=a.batch_size, lr=a.warm_start_lr,
                           seed=seed)
     sampling = SamplingParams(temperature=a.temperature, top_p=1.0, max_new_tokens=a.max_new_tokens)
+    timing = {"warm_start": round(time.perf_counter() - t0, 1)}
+    t = time.perf_counter()
     before = hallucination_rate(policy, eval_rows, num_generations=a.eval_generations, params=sampling, seed=seed)
 
+    timing["measure_before"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
     # rollouts on the training prompts -> pairs (the records carry what `driver rollout` writes for pairing)
     responses = generate_tool_responses(policy, train_rows, num_generations=a.rollout_generations, params=sampling,
                                         seed=seed + 1)
@@ -71,7 +75,8 @@ def one_seed(seed: int, a: argparse.Namespace, work: Path) -> dict[str, Any]:
     seed_dir = work / f"seed_{seed}"
     write_pairs(seed_dir / "pairs.jsonl", pairs)
     policy.save(seed_dir / "warm_start")
-    out: dict[str, Any] = {"seed": seed, "warm_start_steps": ws["warm_start/steps"],
+    timing["rollouts_and_pairs"] = round(time.perf_counter() - t, 1)
+    out: dict[str, Any] = {"seed": seed, "seconds": timing, "warm_start_steps": ws["warm_start/steps"],
                            "warm_start_final_loss": round(ws.get("warm_start/final_loss", float("nan")), 4),
                            "before": before, "pairs": len(pairs)}
     if len(pairs) < a.dpo_batch:
@@ -83,15 +88,19 @@ def one_seed(seed: int, a: argparse.Namespace, work: Path) -> dict[str, Any]:
         f"dpo.max_num_epochs={a.dpo_epochs}", f"dpo.reference_policy_kl_penalty={a.beta}",
         f"policy.train_global_batch_size={a.dpo_batch}", f"policy.train_micro_batch_size={a.dpo_batch}",
         f"policy.optimizer.kwargs.lr={a.dpo_lr}", "logger.progress_bar=false", "checkpointing.save_period=1000"])
+    t = time.perf_counter()
     summary = run_dpo(cfg, resume=False)
+    timing["dpo"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
     trained = Policy.load(PolicyConfig(model_name=str(sorted((seed_dir / "dpo" / "checkpoints").glob("step_*"))[-1])))
     after = hallucination_rate(trained, eval_rows, num_generations=a.eval_generations, params=sampling, seed=seed)
+    timing["measure_after"] = round(time.perf_counter() - t, 1)
+    timing["total"] = round(time.perf_counter() - t0, 1)
     first = json.loads((seed_dir / "dpo" / "metrics.jsonl").read_text().splitlines()[1])
     out.update(after=after, dpo_steps=summary["steps"],
                dpo_first_step={k: round(first[k], 4) for k in ("train/loss", "train/accuracy")},
                dpo_last_step={k: round(summary["final_train"][k], 4) for k in ("train/loss", "train/accuracy",
-                                                                                "train/reward_margin")},
-               seconds=round(time.perf_counter() - t0, 1))
+                                                                                "train/reward_margin")})
     return out
 
 
@@ -125,7 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(a.workdir or tmp)
-        per_seed = [one_seed(s, a, work) for s in a.seeds]
+        per_seed = []
+        for s in a.seeds:
+            per_seed.append(one_seed(s, a, work))
+            r = per_seed[-1]
+            print(f"seed {s}: hallucination rate {r['before']['hallucination_rate']:.3f} -> "
+                  f"{r['after']['hallucination_rate'] if r.get('after') else float('nan'):.3f} "
+                  f"({r['pairs']} pairs, {r['seconds'].get('total', '?')}s)", file=sys.stderr, flush=True)
     done = [r for r in per_seed if r.get("after")]
     mean = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
     print(json.dumps({

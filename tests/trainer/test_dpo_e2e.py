@@ -11,11 +11,15 @@ import torch
 
 from trainer.cli import main
 from trainer.dpo.preference_data import PAIR_INFO_KEY, read_pairs
-from trainer.dpo.synthetic_tools import tool_rows, warm_start_examples
+from trainer.dpo.synthetic_tools import AGENT, warm_start_examples
 from trainer.grpo.warm_start import train_supervised
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig
 
-pytestmark = pytest.mark.train
+# trains a model from scratch on CPU: ~1 minute on an idle 2-core machine, several when it is shared
+pytestmark = [pytest.mark.train, pytest.mark.timeout(1200)]
+# a compact schema (no description): the byte-level prompt stays short, the warm start quick
+TOOL = {"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 torch.set_num_threads(1)
 
 
@@ -25,12 +29,14 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def test_rollout_pairs_then_dpo(tmp_path, capsys):
     # 1. a tiny policy that calls the right tool about half the time and a made-up one otherwise
-    rows = [r for r in tool_rows(40, seed=3) if r["expected_answers"][0]["name"] == "get_weather"][:2]
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"Weather in {city}?"}], "tools": [TOOL]},
+             "expected_answers": [{"name": "get_weather", "arguments": {"city": city}}],
+             "agent_ref": {"type": "responses_api_agents", "name": AGENT}} for city in ("Oslo", "Lima")]
     policy = Policy.load(PolicyConfig(seed=0, tiny=TinyModelConfig(num_hidden_layers=1, hidden_size=48,
                                                                    intermediate_size=96)))
     examples = warm_start_examples(policy, rows, copies=16, hallucinated_share=0.5, bad_arguments_share=0.0, seed=0)
-    ws = train_supervised(policy, examples, num_steps=200, batch_size=8, lr=3e-3, target_loss=0.06, seed=0)
-    assert ws["warm_start/final_loss"] < 0.1, ws
+    ws = train_supervised(policy, examples, num_steps=300, batch_size=8, lr=3e-3, target_loss=0.03, seed=0)
+    assert ws["warm_start/final_loss"] < 0.06, ws
     policy.save(tmp_path / "warm")
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -38,6 +44,7 @@ def test_rollout_pairs_then_dpo(tmp_path, capsys):
     out = tmp_path / "rollouts.jsonl"
     assert main(["rollout", "--blend", "tool_hallucination", "--input", str(tmp_path / "rows.jsonl"),
                  "--model", str(tmp_path / "warm"), "--num-generations", "8", "--max-new-tokens", "100", "--max-steps", "1",
+                 "--temperature", "0.6",  # a sharper sampler: fewer typos from a 1-layer model, same 50/50 name branch
                  "--output", str(out), "--pairs", str(tmp_path / "pairs.jsonl"), "--seed", "1"]) == 0
     summary = json.loads((tmp_path / "rollouts_summary.json").read_text())
     tool_use = summary["tool_use"]
