@@ -112,6 +112,15 @@ def classify_tool_use(response: dict[str, Any], tools: dict[str, dict[str, Any]]
     return ToolUseVerdict(CLEAN)
 
 
+def classify_text(text: str, tools: dict[str, dict[str, Any]]) -> ToolUseVerdict:
+    """Verdict of raw generated text (Hermes ``<tool_call>`` syntax, parsed as rollouts parse it),
+    for callers that hold text rather than a response, e.g. single-turn validation samples."""
+    from trainer.responses import parse_tool_calls
+
+    _, calls = parse_tool_calls(text)
+    return classify_tool_use({"output": [{"type": "function_call", **c} for c in calls]}, tools)
+
+
 def classify_record(record: dict[str, Any]) -> ToolUseVerdict | None:
     """Verdict of a rollout record (row fields + ``response``); None when the row has no tools."""
     tools = row_tools(record)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainer.tool_use import (CLEAN, HALLUCINATED_TOOL, INVALID_ARGUMENTS, NO_CALL, classify_record,
+from trainer.tool_use import (CLEAN, HALLUCINATED_TOOL, INVALID_ARGUMENTS, NO_CALL, classify_record, classify_text,
                               classify_tool_use, hallucination_summary, row_tools)
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "weather",
@@ -93,3 +93,11 @@ def test_summary_rates_per_env():
     assert s["counts"] == {CLEAN: 1, NO_CALL: 1, HALLUCINATED_TOOL: 1, INVALID_ARGUMENTS: 1}
     assert s["hallucinated_tool_rate"] == 0.25 and list(s["per_env"]) == ["tool_call"]
     assert hallucination_summary([recs[-1]]) is None
+
+
+def test_classify_generated_text():
+    call = '<tool_call>{"name": "%s", "arguments": %s}</tool_call>'
+    assert classify_text(call % ("get_weather", '{"city": "Oslo"}'), TOOLS).kind == CLEAN
+    assert classify_text("Sure. " + call % ("fetch_weather", "{}"), TOOLS).kind == HALLUCINATED_TOOL
+    assert classify_text(call % ("get_weather", '{"town": 1}'), TOOLS).kind == INVALID_ARGUMENTS
+    assert classify_text('<tool_call>{"name": broken</tool_call>', TOOLS).kind == NO_CALL  # unparseable: no call
