@@ -101,3 +101,15 @@ def test_classify_generated_text():
     assert classify_text("Sure. " + call % ("fetch_weather", "{}"), TOOLS).kind == HALLUCINATED_TOOL
     assert classify_text(call % ("get_weather", '{"town": 1}'), TOOLS).kind == INVALID_ARGUMENTS
     assert classify_text('<tool_call>{"name": broken</tool_call>', TOOLS).kind == NO_CALL  # unparseable: no call
+
+
+@pytest.mark.parametrize("env", ["tool_call", "workplace_assistant"])
+def test_real_nemo_gym_rows_have_usable_schemas(env):
+    """The shipped example rows (NeMo-Gym shapes): every schema loads, every response gets a class."""
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "environments" / env / "data" / "example.jsonl"
+    rows = [r for r in map(json.loads, path.read_text().splitlines())
+            if isinstance(r.get("response"), dict) and row_tools(r)]
+    summary = hallucination_summary(rows)
+    assert summary["rows_with_invalid_tool_schema"] == 0 and summary["responses"] == len(rows)
