@@ -1,8 +1,8 @@
-"""The HTTP face of one environment server (aiohttp).
+"""The HTTP face of one environment server.
 
-One catch-all route and our own dispatch table: it lets us strip NeMo-Gym's
-``/ng-rollout/<id>/`` observability prefix before routing (aiohttp resolves routes before
-middlewares run) and keeps every error a JSON ``{error, detail}``.
+Our own dispatch table over a lean HTTP/1.1 transport (``servers/http_server.py``; aiohttp's
+``web.Response`` builds the replies): it strips NeMo-Gym's ``/ng-rollout/<id>/``
+observability prefix before routing and keeps every error a JSON ``{error, detail}``.
 
 Routes
   GET  /                 {"status": "ok"}           (NeMo-Gym liveness)
@@ -38,6 +38,7 @@ import orjson
 from aiohttp import web
 
 from servers.environment import Environment
+from servers.http_server import HttpServer, Request
 from servers.service import EnvService, error
 from servers.wire import SESSION_COOKIE
 from servers.worker_group import WorkerGroup
@@ -64,25 +65,19 @@ def _json(status: int, body: Any, *, headers: dict[str, str] | None = None) -> w
 
 
 class EnvServer:
-    """Builds the aiohttp application around an :class:`EnvService`."""
+    """Routes HTTP requests to an :class:`EnvService`."""
 
     def __init__(self, env: Environment):
         self.service = EnvService(env)
         self.env = env
         self.group: WorkerGroup | None = None  # set when this is one worker of several (servers/prefork.py)
         self.max_body = int(env.config.max_body_mb * 1024 * 1024)
-        self._get: dict[str, Callable[[web.Request], Awaitable[web.Response]]] = {
+        self._get: dict[str, Callable[[Request], Awaitable[web.Response]]] = {
             "/": self._root, "/health": self._health, "/metrics": self._metrics, "/info": self._info,
             "/reverify_mode": self._reverify_mode,
         }
 
-    def make_app(self) -> web.Application:
-        # client_max_size is enforced by aiohttp while reading, so an oversized body is never buffered whole.
-        app = web.Application(client_max_size=self.max_body)
-        app.router.add_route("*", "/{tail:.*}", self.dispatch)
-        return app
-
-    async def dispatch(self, request: web.Request) -> web.Response:
+    async def dispatch(self, request: Request) -> web.Response:
         path = request.path
         if path.startswith("/ng-rollout/"):  # the regex only for prefixed paths (rare; hot path stays cheap)
             match = _ROLLOUT_PREFIX.match(path)
@@ -110,7 +105,7 @@ class EnvServer:
             return "POST"
         return None
 
-    async def _route(self, request: web.Request, path: str) -> web.Response:
+    async def _route(self, request: Request, path: str) -> web.Response:
         method = request.method
         if method == "GET" and path in self._get:
             return await self._get[path](request)
@@ -153,7 +148,7 @@ class EnvServer:
             return _json(*error(404, f"no route {path}"))
         return _json(*await self.service.call_tool(name, body, session_id))
 
-    async def _read_json(self, request: web.Request) -> Any:
+    async def _read_json(self, request: Request) -> Any:
         if request.content_length is not None and request.content_length > self.max_body:
             return _json(*error(413, f"request body of {request.content_length} bytes is over the "
                                      f"{self.max_body}-byte limit (config max_body_mb)"))
@@ -168,16 +163,16 @@ class EnvServer:
         except orjson.JSONDecodeError as exc:
             return _json(*error(400, "malformed JSON in request body", str(exc)))
 
-    async def _root(self, _: web.Request) -> web.Response:
+    async def _root(self, _: Request) -> web.Response:
         return _json(200, {"status": "ok"})
 
-    async def _health(self, _: web.Request) -> web.Response:
+    async def _health(self, _: Request) -> web.Response:
         return _json(*await self.service.health())
 
-    async def _info(self, _: web.Request) -> web.Response:
+    async def _info(self, _: Request) -> web.Response:
         return _json(*self.service.info())
 
-    async def _reverify_mode(self, _: web.Request) -> web.Response:
+    async def _reverify_mode(self, _: Request) -> web.Response:
         stateful = self.env.stateful or bool(self.env.tools())
         return _json(200, "unsupported" if stateful else "stateless")
 
@@ -186,7 +181,7 @@ class EnvServer:
         text = self.service.metrics.render(sessions=len(self.service.sessions))
         return text + self.group.metrics_lines(self.env.name) if self.group is not None else text
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    async def _metrics(self, _: Request) -> web.Response:
         return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8")
 
 
@@ -235,20 +230,20 @@ def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool 
 class RunningServer:
     """A started server: ``url``, and ``await stop()`` (drain in-flight, then close)."""
 
-    def __init__(self, server: EnvServer, runner: web.AppRunner, site: web.SockSite, url: str):
-        self.server, self.runner, self.site, self.url = server, runner, site, url
+    def __init__(self, server: EnvServer, http: HttpServer, url: str):
+        self.server, self.http, self.url = server, http, url
 
     async def stop(self, drain_timeout: float = 30.0) -> None:
         service = self.server.service
         service.draining = True
-        await self.site.stop()  # stop accepting new connections
+        self.http.stop_accepting()  # no new connections; idle keep-alive ones closed
         deadline = asyncio.get_running_loop().time() + drain_timeout
         while service.in_flight or service.metrics.queued:
             if asyncio.get_running_loop().time() > deadline:
                 log.warning("drain timeout: %d verifications still in flight", service.in_flight)
                 break
             await asyncio.sleep(0.02)
-        await self.runner.cleanup()
+        await self.http.close()
         if self.server.group is not None:
             await self.server.group.close()
         await service.stop()
@@ -272,16 +267,14 @@ async def start_server(env: Environment, host: str = "127.0.0.1", port: int = 0,
     # shared. (In-process A/B runs showed no CPU change per verification either way.)
     gc.collect()
     gc.freeze()
-    runner = web.AppRunner(server.make_app(), handle_signals=False, access_log=None)
-    await runner.setup()
+    http = HttpServer(server.dispatch, max_body=server.max_body)
     sock = sock if sock is not None else bind_socket(host, port)
-    site = web.SockSite(runner, sock)
-    await site.start()
+    await http.start(sock)
     if group is not None:
-        await web.UnixSite(runner, group.own_socket).start()
+        await http.start(unix_path=group.own_socket)
     bound_port = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
-    return RunningServer(server, runner, site, f"http://{shown_host}:{bound_port}")
+    return RunningServer(server, http, f"http://{shown_host}:{bound_port}")
 
 
 async def serve_until_signalled(env: Environment, host: str, port: int,
