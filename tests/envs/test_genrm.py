@@ -214,3 +214,29 @@ async def test_compare_is_a_published_post_endpoint(serve_env, genrm):
     assert "genrm_simple_agent" in info["agent_names"]
     status, reply = await client.get("genrm", "/compare")
     assert status == 405 and "POST" in reply["error"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"num_judges_per_comparison": 2}, "cache_size: 0"),
+    ({"judges": {"genrm": {"api": "responses"}}}, "must be 'chat'"),
+    ({"cohort_timeout_s": 600, "verify_timeout_s": 300}, "must exceed cohort_timeout_s"),
+    ({"num_rollouts_per_prompt": 1}, "num_rollouts_per_prompt"),
+    ({"default_score": 3.0}, "unknown config key 'default_score'"),
+])
+def test_config_errors_name_the_fix(overrides, message):
+    from servers import registry
+
+    with pytest.raises(registry.ConfigError, match=re.escape(message)):
+        registry.instantiate("genrm", overrides=overrides)
+
+
+def test_profiles_fill_only_the_keys_left_unset():
+    from servers import registry
+
+    rlhf = registry.instantiate("genrm").config
+    assert (rlhf.reasoning_bonus, rlhf.answer_bonus) == (0.5, 0.5)
+    assert (rlhf.group_reasoning_length_penalty_coeff, rlhf.group_answer_length_penalty_coeff) == (0.3, 0.35)
+    rlvr = registry.instantiate("genrm", overrides={"profile": "rlvr", "answer_bonus": 0.2}).config
+    assert rlvr.group_answer_length_penalty_coeff == 0.1 and rlvr.answer_bonus == 0.2
+    plain = registry.instantiate("genrm", overrides={"profile": "plain"}).config
+    assert plain.shaping().reasoning_bonus == 0.0 and plain.group_reasoning_length_penalty_coeff == 0.0
