@@ -273,7 +273,12 @@ class GenRMEnvironment(JudgedEnvironment, Environment):
         cfg: GenRMConfig = self.config  # type: ignore[assignment]
         assert self.cohorts is not None, "setup() opens the cohort buffer"
         size = row.num_rollouts_per_prompt or cfg.num_rollouts_per_prompt
-        item = (history_messages(row.responses_create_params.input), response_texts(response), row.principle)
+        params = row.responses_create_params
+        history = history_messages(params.input)
+        instructions = getattr(params, "instructions", None)  # the Responses API's system prompt
+        if instructions:
+            history.insert(0, {"role": "system", "content": str(instructions)})
+        item = (history, response_texts(response), row.principle)
         try:
             reward, failure, base, adjustment, cohort_size, comparisons = await self.cohorts.join(
                 self.cohort_key(row), size, item, row.rollout_index)
