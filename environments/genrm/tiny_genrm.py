@@ -28,9 +28,12 @@ from typing import Any
 
 from environments.genrm.aggregation import parse_genrm_reply
 
+# The prompts of blends/data/tiny_rlhf.jsonl; half of the training conversations use random text
+# instead, so the format holds for prompts it never saw.
 PROMPTS = ["Say hi.", "Name a color.", "Count to three.", "Give me a fruit.", "What is 2+2?", "Describe the sky.",
            "Name a planet.", "Say something kind.", "Pick a number.", "Name an animal.", "Write one word.",
-           "What day is it?"]
+           "What day is it?", "Name a city.", "Say thanks.", "Give a tip.", "Name a tool.", "Tell a joke.",
+           "Say goodbye.", "Name a song.", "Pick a shape."]
 ALPHABET = string.ascii_letters + string.digits + string.punctuation + " \n\u00e9\u00fc\ufffd"
 
 
@@ -46,7 +49,8 @@ def random_verdict(rng: random.Random) -> str:
 
 
 def genrm_messages(rng: random.Random) -> list[dict[str, str]]:
-    return [{"role": "user", "content": rng.choice(PROMPTS)}, {"role": "response_1", "content": random_answer(rng)},
+    prompt = rng.choice(PROMPTS) if rng.random() < 0.5 else random_answer(rng) or "?"
+    return [{"role": "user", "content": prompt}, {"role": "response_1", "content": random_answer(rng)},
             {"role": "response_2", "content": random_answer(rng)}]
 
 
