@@ -1,7 +1,6 @@
 """The HTTP face of one environment server.
 
-Our own dispatch table over a lean HTTP/1.1 transport (``servers/http_server.py``; aiohttp's
-``web.Response`` builds the replies): it strips NeMo-Gym's ``/ng-rollout/<id>/``
+Our own dispatch table over a lean HTTP/1.1 transport (``servers/http_server.py``): it strips NeMo-Gym's ``/ng-rollout/<id>/``
 observability prefix before routing and keeps every error a JSON ``{error, detail}``.
 
 Routes
@@ -35,10 +34,8 @@ import socket
 from typing import Any, Awaitable, Callable, Coroutine
 
 import orjson
-from aiohttp import web
-
 from servers.environment import Environment
-from servers.http_server import HttpServer, Request
+from servers.http_server import HttpServer, Reply, Request, json_reply
 from servers.service import EnvService, error
 from servers.wire import SESSION_COOKIE
 from servers.worker_group import WorkerGroup
@@ -59,9 +56,8 @@ def is_json_content_type(header: str | None) -> bool:
     return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
 
 
-def _json(status: int, body: Any, *, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
-                        content_type="application/json", headers=headers)
+def _json(status: int, body: Any, *, headers: dict[str, str] | None = None) -> Reply:
+    return json_reply(status, body, headers)
 
 
 class EnvServer:
@@ -72,12 +68,12 @@ class EnvServer:
         self.env = env
         self.group: WorkerGroup | None = None  # set when this is one worker of several (servers/prefork.py)
         self.max_body = int(env.config.max_body_mb * 1024 * 1024)
-        self._get: dict[str, Callable[[Request], Awaitable[web.Response]]] = {
+        self._get: dict[str, Callable[[Request], Awaitable[Reply]]] = {
             "/": self._root, "/health": self._health, "/metrics": self._metrics, "/info": self._info,
             "/reverify_mode": self._reverify_mode,
         }
 
-    async def dispatch(self, request: Request) -> web.Response:
+    async def dispatch(self, request: Request) -> Reply:
         path = request.path
         if path.startswith("/ng-rollout/"):  # the regex only for prefixed paths (rare; hot path stays cheap)
             match = _ROLLOUT_PREFIX.match(path)
@@ -105,7 +101,7 @@ class EnvServer:
             return "POST"
         return None
 
-    async def _route(self, request: Request, path: str) -> web.Response:
+    async def _route(self, request: Request, path: str) -> Reply:
         method = request.method
         if method == "GET" and path in self._get:
             return await self._get[path](request)
@@ -126,7 +122,7 @@ class EnvServer:
             return _json(*error(503, "server is shutting down"), headers={"Retry-After": "1"})
 
         body = await self._read_json(request)
-        if isinstance(body, web.Response):
+        if isinstance(body, Reply):
             return body
         session_id = request.cookies.get(SESSION_COOKIE) or request.headers.get(SESSION_HEADER)
         if path == "/verify":
@@ -152,10 +148,7 @@ class EnvServer:
         if request.content_length is not None and request.content_length > self.max_body:
             return _json(*error(413, f"request body of {request.content_length} bytes is over the "
                                      f"{self.max_body}-byte limit (config max_body_mb)"))
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _json(*error(413, f"request body is over the {self.max_body}-byte limit (config max_body_mb)"))
+        raw = await request.read()  # the transport refused a body over max_body before reading it
         if not raw:
             return {}
         try:
@@ -163,16 +156,16 @@ class EnvServer:
         except orjson.JSONDecodeError as exc:
             return _json(*error(400, "malformed JSON in request body", str(exc)))
 
-    async def _root(self, _: Request) -> web.Response:
+    async def _root(self, _: Request) -> Reply:
         return _json(200, {"status": "ok"})
 
-    async def _health(self, _: Request) -> web.Response:
+    async def _health(self, _: Request) -> Reply:
         return _json(*await self.service.health())
 
-    async def _info(self, _: Request) -> web.Response:
+    async def _info(self, _: Request) -> Reply:
         return _json(*self.service.info())
 
-    async def _reverify_mode(self, _: Request) -> web.Response:
+    async def _reverify_mode(self, _: Request) -> Reply:
         stateful = self.env.stateful or bool(self.env.tools())
         return _json(200, "unsupported" if stateful else "stateless")
 
@@ -181,8 +174,8 @@ class EnvServer:
         text = self.service.metrics.render(sessions=len(self.service.sessions))
         return text + self.group.metrics_lines(self.env.name) if self.group is not None else text
 
-    async def _metrics(self, _: Request) -> web.Response:
-        return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8")
+    async def _metrics(self, _: Request) -> Reply:
+        return Reply(200, self.metrics_text().encode(), "text/plain; charset=utf-8")
 
 
 def run_event_loop(main: Coroutine[Any, Any, Any]) -> Any:

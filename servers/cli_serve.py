@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from servers.cpu_pool import usable_cpus
 
 READY_MARK = "VERIGYM-READY "
@@ -104,6 +102,8 @@ async def _wait_healthy(url: str, timeout_s: float, name: str = "", progress: di
     start = loop.time()
     deadline = start + timeout_s
     last, said = "no answer", False
+    import aiohttp  # the parent only: a server child never imports the HTTP client
+
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
         while loop.time() < deadline:
             try:

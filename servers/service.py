@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from typing import Any
 
@@ -19,7 +20,6 @@ from pydantic import ValidationError
 from servers.aggregate import aggregate_metrics
 from servers.cpu_pool import CpuPool, CpuTaskError, CpuTimeout, CpuWorkerCrashed
 from servers.environment import Environment, SessionError, ToolError, Verdict
-from servers.judge.client import JudgeError
 from servers.metrics import ServerMetrics
 from servers.sessions import SessionStore
 from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass, ResponseObject
@@ -153,13 +153,16 @@ class EnvService:
             return Verdict.failure(FailureClass.TIMEOUT, f"verification passed its deadline ({timeout:g}s): {exc}")
         except CpuWorkerCrashed as exc:
             return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc))
-        except JudgeError as exc:
-            # A judge that is down, too slow or never gives a verdict: masked, never a default score.
-            return Verdict.failure(FailureClass.JUDGE_ERROR, str(exc), judge_error_kind=exc.kind)
         except CpuTaskError as exc:
             log.warning("verifier error in %s: %s", self.env.name, exc)
             return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc)[-2000:])
         except Exception as exc:  # noqa: BLE001 - any verifier bug becomes a visible failure class
+            # A JudgeError can only come from a loaded judge client; servers without judges never
+            # import it (nor aiohttp with it): looked up here, not imported at the top.
+            judge = sys.modules.get("servers.judge.client")
+            if judge is not None and isinstance(exc, judge.JudgeError):
+                # A judge that is down, too slow or never gives a verdict: masked, never a default score.
+                return Verdict.failure(FailureClass.JUDGE_ERROR, str(exc), judge_error_kind=exc.kind)
             log.exception("verifier error in %s", self.env.name)
             return Verdict.failure(FailureClass.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}")
 

@@ -27,13 +27,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
-from aiohttp import web
 
+from servers.http_server import Reply, Request, json_reply
 from servers.wire import SESSION_COOKIE
 
 if TYPE_CHECKING:
+    import aiohttp
+
     from servers.app import EnvServer
 
 LOCAL_HEADER = "X-Verigym-Worker-Local"
@@ -41,8 +42,6 @@ SESSION_HEADER = "X-Verigym-Session"
 _OWNER = re.compile(r"^w(\d+)-")
 _FORWARD_REQUEST_HEADERS = ("Content-Type", "Cookie", SESSION_HEADER)
 _FORWARD_REPLY_HEADERS = ("Content-Type", "Retry-After", "Allow")
-_PEER_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5)
-_PEER_STATUS_TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
 def worker_socket(socket_dir: str | Path, index: int) -> str:
@@ -119,11 +118,13 @@ class WorkerGroup:
     def session_prefix(self) -> str:
         return f"w{self.index}-"
 
-    def _peer(self, index: int) -> aiohttp.ClientSession:
+    def _peer(self, index: int) -> "aiohttp.ClientSession":
+        import aiohttp  # only a multi-worker server talks to peers: one-worker servers never import it
+
         session = self._peers.get(index)
         if session is None or session.closed:
             connector = aiohttp.UnixConnector(path=worker_socket(self.socket_dir, index), limit=0)
-            session = aiohttp.ClientSession(connector=connector, timeout=_PEER_TIMEOUT,
+            session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, connect=5),
                                             cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",))
             self._peers[index] = session
         return session
@@ -134,14 +135,14 @@ class WorkerGroup:
         self._peers.clear()
 
     # ---- the hook EnvServer.dispatch calls ----------------------------------------------
-    async def intercept(self, server: "EnvServer", request: web.Request, path: str) -> web.Response | None:
+    async def intercept(self, server: "EnvServer", request: Request, path: str) -> Reply | None:
         """A reply when this request is the group's business (whole-server status, another
         worker's session); None when this worker answers it as a one-worker server would."""
         method = request.method
         if LOCAL_HEADER in request.headers:
             if method == "GET" and path == "/health":
                 status, body = await self._own_health(server)
-                return _json_reply(status, body)
+                return json_reply(status, body)
             return None
         if method == "GET":
             if path == "/health":
@@ -158,12 +159,10 @@ class WorkerGroup:
             return None  # ours, none, or an id no worker owns (answered 410 here)
         return await self._forward(owner, request)
 
-    async def _forward(self, owner: int, request: web.Request) -> web.Response:
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _json_reply(413, {"error": "request body is over the server's limit (config max_body_mb)",
-                                     "detail": None})
+    async def _forward(self, owner: int, request: Request) -> Reply:
+        import aiohttp
+
+        body = await request.read()
         headers = {name: request.headers[name] for name in _FORWARD_REQUEST_HEADERS if name in request.headers}
         headers[LOCAL_HEADER] = str(self.index)
         self.forwarded += 1
@@ -171,23 +170,24 @@ class WorkerGroup:
             async with self._peer(owner).request(request.method, f"http://worker{request.rel_url}", data=body,
                                                  headers=headers) as reply:
                 payload = await reply.read()
-                out = web.Response(status=reply.status, body=payload,
-                                   headers={k: reply.headers[k] for k in _FORWARD_REPLY_HEADERS if k in reply.headers})
-                for cookie in reply.headers.getall("Set-Cookie", ()):
-                    out.headers.add("Set-Cookie", cookie)
+                out = Reply(reply.status, payload, reply.headers.get("Content-Type", "application/json"),
+                            {k: reply.headers[k] for k in _FORWARD_REPLY_HEADERS[1:] if k in reply.headers})
+                out.cookies.extend(reply.headers.getall("Set-Cookie", ()))
                 return out
         except (aiohttp.ClientError, OSError) as exc:
             # The owner is restarting (its sessions are gone with it): retry, then start over.
             self.forward_errors += 1
-            return _json_reply(503, {"error": f"the worker holding this session (w{owner}) does not answer: "
+            return json_reply(503, {"error": f"the worker holding this session (w{owner}) does not answer: "
                                               f"{type(exc).__name__}; retry, or seed a new session if it stays gone",
                                      "detail": None}, headers={"Retry-After": "1"})
 
     async def _ask_peers(self, path: str) -> dict[int, tuple[int, bytes]]:
+        import aiohttp
+
         async def ask(index: int) -> tuple[int, bytes]:
             try:
                 async with self._peer(index).get(f"http://worker{path}", headers={LOCAL_HEADER: str(self.index)},
-                                                 timeout=_PEER_STATUS_TIMEOUT) as reply:
+                                                 timeout=aiohttp.ClientTimeout(total=10)) as reply:
                     return reply.status, await reply.read()
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 return 0, f"{type(exc).__name__}: {exc}".encode()
@@ -200,7 +200,7 @@ class WorkerGroup:
         status, body = await server.service.health()
         return status, {**body, "worker": self.index, "pid": os.getpid()}
 
-    async def _health(self, server: "EnvServer") -> web.Response:
+    async def _health(self, server: "EnvServer") -> Reply:
         own_status, own = await self._own_health(server)
         workers: list[dict[str, Any]] = []
         checks, first_bad = own.get("checks", {}), None
@@ -220,10 +220,10 @@ class WorkerGroup:
         if first_bad is not None:
             checks = first_bad.get("checks", checks)
         ok = first_bad is None
-        return _json_reply(200 if ok else 503, {"status": "ok" if ok else "unavailable", "checks": checks,
+        return json_reply(200 if ok else 503, {"status": "ok" if ok else "unavailable", "checks": checks,
                                                 "workers": workers, "answered_by": self.index})
 
-    async def _metrics(self, server: "EnvServer") -> web.Response:
+    async def _metrics(self, server: "EnvServer") -> Reply:
         texts = [label_samples(server.metrics_text(), self.index)]
         for index, (status, raw) in sorted((await self._ask_peers("/metrics")).items()):
             if status == 200:
@@ -233,7 +233,7 @@ class WorkerGroup:
                      f'# TYPE verigym_workers gauge\nverigym_workers{{env="{env}"}} {self.count}\n'
                      "# HELP verigym_workers_answering Workers that answered this scrape.\n"
                      f'# TYPE verigym_workers_answering gauge\nverigym_workers_answering{{env="{env}"}} {answering}\n')
-        return web.Response(text=merge_families(texts), content_type="text/plain", charset="utf-8")
+        return Reply(200, merge_families(texts).encode(), "text/plain; charset=utf-8")
 
     def metrics_lines(self, env: str) -> str:
         """This worker's forwarding counters (part of its own /metrics text)."""
@@ -243,6 +243,3 @@ class WorkerGroup:
                 f"# TYPE verigym_forward_errors_total counter\n"
                 f'verigym_forward_errors_total{{env="{env}"}} {self.forward_errors}\n')
 
-
-def _json_reply(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=headers)
