@@ -79,14 +79,15 @@ def one_seed(seed: int, a: argparse.Namespace, work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"seed": seed, "seconds": timing, "warm_start_steps": ws["warm_start/steps"],
                            "warm_start_final_loss": round(ws.get("warm_start/final_loss", float("nan")), 4),
                            "before": before, "pairs": len(pairs)}
-    if len(pairs) < a.dpo_batch:
-        out.update(after=None, note=f"only {len(pairs)} pairs (< batch {a.dpo_batch}): DPO not run")
+    if len(pairs) < a.min_pairs:
+        out.update(after=None, note=f"only {len(pairs)} pairs (< --min-pairs {a.min_pairs}): DPO not run")
         return out
+    batch = min(a.dpo_batch, len(pairs))  # a policy that rarely hallucinates yields few pairs: smaller steps
     cfg = load_dpo_config("tiny", [
         f"policy.model_name={seed_dir / 'warm_start'}", f"data.train.data_path={seed_dir / 'pairs.jsonl'}",
         f"logger.log_dir={seed_dir / 'dpo'}", f"dpo.seed={seed}", f"dpo.max_num_steps={a.dpo_steps}",
         f"dpo.max_num_epochs={a.dpo_epochs}", f"dpo.reference_policy_kl_penalty={a.beta}",
-        f"policy.train_global_batch_size={a.dpo_batch}", f"policy.train_micro_batch_size={a.dpo_batch}",
+        f"policy.train_global_batch_size={batch}", f"policy.train_micro_batch_size={batch}",
         f"policy.optimizer.kwargs.lr={a.dpo_lr}", "logger.progress_bar=false", "checkpointing.save_period=1000"])
     t = time.perf_counter()
     summary = run_dpo(cfg, resume=False)
@@ -123,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rollout-generations", type=int, default=6)
     p.add_argument("--max-pairs-per-prompt", type=int, default=4)
     p.add_argument("--dpo-steps", type=int, default=24)
-    p.add_argument("--dpo-epochs", type=int, default=4)
-    p.add_argument("--dpo-batch", type=int, default=16)
+    p.add_argument("--dpo-epochs", type=int, default=8)
+    p.add_argument("--dpo-batch", type=int, default=16, help="pairs per step (fewer when there are fewer pairs)")
+    p.add_argument("--min-pairs", type=int, default=4, help="below this many pairs DPO is not run for the seed")
     p.add_argument("--dpo-lr", type=float, default=5e-4)
     p.add_argument("--beta", type=float, default=0.1, help="dpo.reference_policy_kl_penalty")
     p.add_argument("--threads", type=int, default=1)
