@@ -74,7 +74,10 @@ def tree_cpu_s(root: int) -> float:
 
 
 async def measure(name: str, traffic: str, workers: int, args: argparse.Namespace) -> dict:
-    rows = bench_rows(registry.get(name), None)
+    # Rule-based scoring only: example rows a judge scores (long_context's lc_judge) need a model.
+    rows = [row for row in bench_rows(registry.get(name), None)
+            if "judge" not in (row.get("_expected", {}).get("fields", {}).get("scored_by", ""),
+                               row.get("_expected", {}).get("fields", {}).get("metric", ""))]
     warmup = min(args.requests, 2 * args.concurrency)
     if traffic == "unique":
         bodies, unique = unique_bodies(name, rows, warmup + args.requests, seed=args.seed)
