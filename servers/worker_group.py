@@ -7,8 +7,9 @@ cannot leave its process, so routing is sticky by session id instead:
 
 * a session id names its owner: ``w<index>-<hex>`` (``SessionStore.id_prefix``);
 * a call carrying another worker's session id is forwarded, unchanged, to that worker over
-  its private Unix socket (in a 0700 directory of the server's), and the owner's reply goes
-  back as is — status, body, ``Set-Cookie`` and ``Retry-After`` included;
+  its private Unix socket (in a 0700 directory of the server's; plain HTTP/1.1, one
+  connection per call), and the owner's reply goes back as is — status, body,
+  ``Set-Cookie`` and ``Retry-After`` included;
 * stateless ``/verify`` (no session) is answered wherever it lands.
 
 ``GET /health`` and ``GET /metrics`` describe the whole server, whichever worker answers:
@@ -33,8 +34,6 @@ from servers.http_server import Reply, Request, json_reply
 from servers.wire import SESSION_COOKIE
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from servers.app import EnvServer
 
 LOCAL_HEADER = "X-Verigym-Worker-Local"
@@ -110,7 +109,6 @@ class WorkerGroup:
     def __init__(self, index: int, count: int, socket_dir: str | Path):
         self.index, self.count, self.socket_dir = index, count, str(socket_dir)
         self.own_socket = worker_socket(socket_dir, index)
-        self._peers: dict[int, aiohttp.ClientSession] = {}
         self.forwarded = 0
         self.forward_errors = 0
 
@@ -118,21 +116,30 @@ class WorkerGroup:
     def session_prefix(self) -> str:
         return f"w{self.index}-"
 
-    def _peer(self, index: int) -> "aiohttp.ClientSession":
-        import aiohttp  # only a multi-worker server talks to peers: one-worker servers never import it
-
-        session = self._peers.get(index)
-        if session is None or session.closed:
-            connector = aiohttp.UnixConnector(path=worker_socket(self.socket_dir, index), limit=0)
-            session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, connect=5),
-                                            cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",))
-            self._peers[index] = session
-        return session
+    async def _exchange(self, index: int, method: str, target: str, headers: dict[str, str],
+                        body: bytes = b"") -> tuple[int, dict[str, list[str]], bytes]:
+        """One HTTP/1.1 request to peer ``index`` over its Unix socket (a connection per call: a
+        local connect costs microseconds, and no HTTP client library has to be imported)."""
+        reader, writer = await asyncio.open_unix_connection(worker_socket(self.socket_dir, index))
+        try:
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            writer.write(f"{method} {target} HTTP/1.1\r\nHost: worker\r\nConnection: close\r\n{head}"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
+            raw_head = await reader.readuntil(b"\r\n\r\n")
+            lines = raw_head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ", 2)[1])
+            got: dict[str, list[str]] = {}
+            for line in lines[1:]:
+                if line:
+                    name, _, value = line.partition(":")
+                    got.setdefault(name.strip().lower(), []).append(value.strip())
+            payload = await reader.readexactly(int(got.get("content-length", ["0"])[0]))
+            return status, got, payload
+        finally:
+            writer.close()
 
     async def close(self) -> None:
-        for session in self._peers.values():
-            await session.close()
-        self._peers.clear()
+        """Nothing held between calls; kept so a server's stop reads the same with or without peers."""
 
     # ---- the hook EnvServer.dispatch calls ----------------------------------------------
     async def intercept(self, server: "EnvServer", request: Request, path: str) -> Reply | None:
@@ -160,21 +167,17 @@ class WorkerGroup:
         return await self._forward(owner, request)
 
     async def _forward(self, owner: int, request: Request) -> Reply:
-        import aiohttp
-
         body = await request.read()
         headers = {name: request.headers[name] for name in _FORWARD_REQUEST_HEADERS if name in request.headers}
         headers[LOCAL_HEADER] = str(self.index)
         self.forwarded += 1
         try:
-            async with self._peer(owner).request(request.method, f"http://worker{request.rel_url}", data=body,
-                                                 headers=headers) as reply:
-                payload = await reply.read()
-                out = Reply(reply.status, payload, reply.headers.get("Content-Type", "application/json"),
-                            {k: reply.headers[k] for k in _FORWARD_REPLY_HEADERS[1:] if k in reply.headers})
-                out.cookies.extend(reply.headers.getall("Set-Cookie", ()))
-                return out
-        except (aiohttp.ClientError, OSError) as exc:
+            status, got, payload = await self._exchange(owner, request.method, str(request.rel_url), headers, body)
+            out = Reply(status, payload, got.get("content-type", ["application/json"])[0],
+                        {k: got[k.lower()][0] for k in _FORWARD_REPLY_HEADERS[1:] if k.lower() in got})
+            out.cookies.extend(got.get("set-cookie", ()))
+            return out
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
             # The owner is restarting (its sessions are gone with it): retry, then start over.
             self.forward_errors += 1
             return json_reply(503, {"error": f"the worker holding this session (w{owner}) does not answer: "
@@ -182,14 +185,12 @@ class WorkerGroup:
                                      "detail": None}, headers={"Retry-After": "1"})
 
     async def _ask_peers(self, path: str) -> dict[int, tuple[int, bytes]]:
-        import aiohttp
-
         async def ask(index: int) -> tuple[int, bytes]:
             try:
-                async with self._peer(index).get(f"http://worker{path}", headers={LOCAL_HEADER: str(self.index)},
-                                                 timeout=aiohttp.ClientTimeout(total=10)) as reply:
-                    return reply.status, await reply.read()
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                status, _, payload = await asyncio.wait_for(
+                    self._exchange(index, "GET", path, {LOCAL_HEADER: str(self.index)}), 10)
+                return status, payload
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError, IndexError) as exc:
                 return 0, f"{type(exc).__name__}: {exc}".encode()
 
         peers = [i for i in range(self.count) if i != self.index]
