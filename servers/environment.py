@@ -216,6 +216,12 @@ class Environment:
         self.runtime = runtime or Runtime(folder=Path(inspect.getfile(type(self))).parent)
 
     # ---- lifecycle -------------------------------------------------------------------
+    def prepare(self) -> None:
+        """CPU-only warm-up every process of the server can share: imports, tables, in-memory
+        models. ``envs serve`` runs it once before forking a multi-worker server's workers, so
+        they inherit the result instead of each paying for it; ``setup`` follows in each worker
+        (it runs again there, so keep it idempotent). No sockets, threads or event loop here."""
+
     async def setup(self) -> None:
         """Open dependencies (sandboxes, databases, judge clients). Called once at start."""
 

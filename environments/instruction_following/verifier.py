@@ -82,7 +82,9 @@ class InstructionFollowing(Environment):
     Row = InstructionFollowingRow
     Config = InstructionFollowingConfig
 
-    async def setup(self) -> None:
+    def prepare(self) -> None:
+        # Before envs serve forks its workers (they share it): every checker imported, the
+        # language profiles loaded (about a second) rather than on the first request.
         load_all()
         warm_language_detector()
 
