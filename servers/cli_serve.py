@@ -286,7 +286,7 @@ def _child_main(argv: list[str]) -> int:
     def on_ready(url: str) -> None:
         print(READY_MARK + json.dumps({"name": args.name, "url": url, "pid": os.getpid()}), flush=True)
 
-    env.prepare()  # once, before the workers fork: they share it (servers/environment.py)
+    env.warm_up()  # once, before the workers fork: they share it (servers/environment.py)
     if env.uses_cpu_pool:
         # Before any event loop or worker fork: CPU-pool workers are forked from this zygote with
         # the preload imported once (servers/cpu_zygote.py), not each from a fresh interpreter.

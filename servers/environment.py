@@ -216,7 +216,7 @@ class Environment:
         self.runtime = runtime or Runtime(folder=Path(inspect.getfile(type(self))).parent)
 
     # ---- lifecycle -------------------------------------------------------------------
-    def prepare(self) -> None:
+    def warm_up(self) -> None:
         """CPU-only warm-up every process of the server can share: imports, tables, in-memory
         models. ``envs serve`` runs it once before forking a multi-worker server's workers, so
         they inherit the result instead of each paying for it; ``setup`` follows in each worker

@@ -62,7 +62,7 @@ class EnvService:
                                 preload=env.cpu_pool_preload, memory_mb=cfg.cpu_worker_memory_mb)
             await self.pool.start()
             env.runtime._cpu_call = self.pool.run
-        env.prepare()  # a no-op's cost where envs serve already ran it before forking this worker
+        env.warm_up()  # a no-op's cost where envs serve already ran it before forking this worker
         await env.setup()
         self.sessions.start()
         self.started = True

@@ -82,7 +82,7 @@ class InstructionFollowing(Environment):
     Row = InstructionFollowingRow
     Config = InstructionFollowingConfig
 
-    def prepare(self) -> None:
+    def warm_up(self) -> None:
         # Before envs serve forks its workers (they share it): every checker imported, the
         # language profiles loaded (about a second) rather than on the first request.
         load_all()
