@@ -23,6 +23,7 @@ path through `driver rollout` and the real server).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -88,9 +89,10 @@ def one_seed(seed: int, a: argparse.Namespace, work: Path) -> dict[str, Any]:
         f"logger.log_dir={seed_dir / 'dpo'}", f"dpo.seed={seed}", f"dpo.max_num_steps={a.dpo_steps}",
         f"dpo.max_num_epochs={a.dpo_epochs}", f"dpo.reference_policy_kl_penalty={a.beta}",
         f"policy.train_global_batch_size={batch}", f"policy.train_micro_batch_size={batch}",
-        f"policy.optimizer.kwargs.lr={a.dpo_lr}", "logger.progress_bar=false", "checkpointing.save_period=1000"])
+        f"policy.optimizer.kwargs.lr={a.dpo_lr}", f"dpo.sft_loss_weight={a.sft_loss_weight}", "logger.progress_bar=false", "checkpointing.save_period=1000"])
     t = time.perf_counter()
-    summary = run_dpo(cfg, resume=False)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the one JSON object only
+        summary = run_dpo(cfg, resume=False)
     timing["dpo"] = round(time.perf_counter() - t, 1)
     t = time.perf_counter()
     trained = Policy.load(PolicyConfig(model_name=str(sorted((seed_dir / "dpo" / "checkpoints").glob("step_*"))[-1])))
@@ -127,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dpo-epochs", type=int, default=8)
     p.add_argument("--dpo-batch", type=int, default=16, help="pairs per step (fewer when there are fewer pairs)")
     p.add_argument("--min-pairs", type=int, default=4, help="below this many pairs DPO is not run for the seed")
-    p.add_argument("--dpo-lr", type=float, default=5e-4)
+    p.add_argument("--dpo-lr", type=float, default=2e-4)
+    # without an SFT term DPO can lower both likelihoods until the policy stops making any valid call
+    # (hallucination rate 0, clean rate 0 too); a small one keeps the chosen calls likely
+    p.add_argument("--sft-loss-weight", type=float, default=0.05, help="dpo.sft_loss_weight (summed chosen NLL)")
     p.add_argument("--beta", type=float, default=0.1, help="dpo.reference_policy_kl_penalty")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workdir", help="keep pairs, checkpoints and metrics here (default: a temp folder)")
@@ -149,10 +154,15 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "dpo_hallucination",
         "hallucination_rate_before": [r["before"]["hallucination_rate"] for r in per_seed],
         "hallucination_rate_after": [r["after"]["hallucination_rate"] if r.get("after") else None for r in per_seed],
+        "clean_rate_before": [r["before"]["clean_rate"] for r in per_seed],
+        "clean_rate_after": [r["after"]["clean_rate"] if r.get("after") else None for r in per_seed],
         "mean_before": mean([r["before"]["hallucination_rate"] for r in done]),
         "mean_after": mean([r["after"]["hallucination_rate"] for r in done]),
         "lowered_on_every_seed": bool(done) and len(done) == len(per_seed)
         and all(r["after"]["hallucination_rate"] < r["before"]["hallucination_rate"] for r in done),
+        # a lower rate bought by no longer calling tools at all is not a win: clean calls must not fall
+        "clean_rate_kept_on_every_seed": bool(done) and len(done) == len(per_seed)
+        and all(r["after"]["clean_rate"] >= r["before"]["clean_rate"] for r in done),
         "per_seed": per_seed, "settings": vars(a), "seconds": round(time.perf_counter() - t0, 1),
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
                     "threads": a.threads},
