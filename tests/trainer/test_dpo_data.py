@@ -103,7 +103,7 @@ def test_dpo_config_is_strict_and_keeps_nemo_rl_names():
     with pytest.raises(ConfigError, match="did you mean 'dpo.sft_loss_weight'"):
         load_dpo_config("tiny", ["dpo.sft_los_weight=0.1"])
     with pytest.raises(ConfigError, match="nothing to train"):
-        load_dpo_config("tiny", ["dpo.preference_loss_weight=0"])
+        load_dpo_config("tiny", ["dpo.preference_loss_weight=0", "dpo.sft_loss_weight=0"])
     with pytest.raises(ConfigError, match="nothing to validate"):
         load_dpo_config("tiny", ["dpo.val_at_end=true"])
     with pytest.raises(ConfigError, match="must divide"):

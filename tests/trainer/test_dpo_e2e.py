@@ -75,8 +75,8 @@ def test_rollout_pairs_then_dpo(tmp_path, capsys):
     first, last = vals[0], vals[-1]
     assert first["step"] == 0 and last["step"] == 6
     assert first["validation/reward_margin"] == pytest.approx(0.0, abs=1e-3)  # the policy is its reference
-    assert first["validation/loss"] == pytest.approx(0.6931, abs=1e-3)
-    assert last["validation/loss"] < first["validation/loss"] - 0.01
+    assert first["validation/preference_loss"] == pytest.approx(0.6931, abs=1e-3)
+    assert last["validation/preference_loss"] < first["validation/preference_loss"] - 0.01
     assert last["validation/accuracy"] > 0.5 and last["validation/reward_margin"] > 0
     train = [m for m in metrics if "train/loss" in m]
     assert [m["step"] for m in train] == [1, 2, 3, 4, 5, 6]

@@ -56,7 +56,7 @@ def test_reference_once_per_pair_across_epochs_and_resume(tmp_path, counted_refe
     # step 1 is measured before its update: the policy is its reference, every implicit reward is 0
     assert metrics[1]["train/rewards_chosen_mean"] == pytest.approx(0, abs=1e-4)
     assert metrics[1]["train/rewards_rejected_mean"] == pytest.approx(0, abs=1e-4)
-    assert metrics[1]["train/loss"] == pytest.approx(0.6931, abs=1e-4)
+    assert metrics[1]["train/preference_loss"] == pytest.approx(0.6931, abs=1e-4)
     cache = json.loads((tmp_path / "run" / "checkpoints" / "step_000008" / "reference_logprobs.json").read_text())
     assert len(cache) == 8 and all(len(v) == 2 and v[0] < 0 and v[1] < 0 for v in cache.values())
 
@@ -92,7 +92,7 @@ def test_validation_reports_pair_metrics_and_hallucination_rate(tmp_path):
     # policy == reference: margins are 0 up to float noise between batch shapes (so accuracy, a strict
     # comparison of equal numbers, is not asserted here), the loss is log 2
     assert first["validation/reward_margin"] == pytest.approx(0, abs=1e-4)
-    assert first["validation/loss"] == pytest.approx(0.6931, abs=1e-4)
+    assert first["validation/preference_loss"] == pytest.approx(0.6931, abs=1e-4)
     assert first["validation/num_valid_samples"] == 4
     # 2 rows x 2 samples of 4 tokens: no call can be complete, so all are no_call and the rate is 0
     assert first["validation/responses"] == 4 and first["validation/no_call_rate"] == 1.0
