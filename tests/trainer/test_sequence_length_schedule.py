@@ -20,7 +20,7 @@ def test_schedule_picks_the_latest_entry_and_is_bounded_by_the_ceiling():
 def test_rollouts_follow_the_limit_of_the_step_they_train_at():
     import torch
 
-    from trainer.grpo.workers import PROMPT_TOO_LONG, context_budgets, decode_within_context, load_policy, \
+    from trainer.grpo.decode import PROMPT_TOO_LONG, context_budgets, decode_within_context, load_policy, \
         prompt_ids_for, sampling_params
 
     cfg = load_config("tiny", ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=12",
