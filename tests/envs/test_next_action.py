@@ -177,6 +177,8 @@ def test_invalid_declared_schema_is_a_bad_row():
 
 
 async def test_real_rows_over_http(serve_env):
+    if not SHARED_ROWS.exists():
+        pytest.skip(f"the NeMo-Gym rows are read from {SHARED_ROWS} (shared/ beside the checkout)")
     client, _ = await serve_env("next_action")
     rows = [json.loads(line) for line in SHARED_ROWS.read_text().splitlines()]
     out = await client.verify("next_action", rows[1], calls(("exec_command", {"cmd": "ls -la /workspace"})))

@@ -4,7 +4,6 @@ per-prompt pass rates -> `driver data prep --pass-rates` drops what is always so
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -46,7 +45,7 @@ def test_read_pass_rates_names_a_bad_line(tmp_path):
         read_pass_rates(bad)
 
 
-def test_rollout_then_prep_filters_always_solved_and_orders_by_difficulty(tmp_path, capsys):
+def test_rollout_then_prep_filters_always_solved_and_orders_by_difficulty(tmp_path, capsys, monkeypatch):
     # "" is in every response (always solved); a long random string never is (never solved)
     rows = [_row(i, "" if i % 3 == 0 else "qzqzqzqzqzqz") for i in range(12)] + [_row(99, "held out")]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -60,7 +59,7 @@ def test_rollout_then_prep_filters_always_solved_and_orders_by_difficulty(tmp_pa
     first = [json.loads(x) for x in (data / "train.jsonl").read_text().splitlines()]
     assert len(first) == 12 and any(SOURCE_KEY in r for r in first)  # low-effort rows keep their source key
 
-    os.environ["VERIGYM_ENV_PATH"] = str(FIXTURES)
+    monkeypatch.setenv("VERIGYM_ENV_PATH", str(FIXTURES))
     out = tmp_path / "rollouts" / "train.jsonl"
     with Fleet(["answer_match"]) as fleet:
         assert main(["rollout", "--blend", str(blend), "--input", str(data / "train.jsonl"), "--num-generations", "3",

@@ -36,11 +36,10 @@ def fixture_envs(monkeypatch):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    import os
-
-    os.environ["VERIGYM_ENV_PATH"] = str(FIXTURES)
-    with Fleet(["counter"], log_dir=tmp_path_factory.mktemp("fleet")) as f:
-        yield f
+    with pytest.MonkeyPatch.context() as mp:  # the fixture envs must not leak into later test modules
+        mp.setenv("VERIGYM_ENV_PATH", str(FIXTURES))
+        with Fleet(["counter"], log_dir=tmp_path_factory.mktemp("fleet")) as f:
+            yield f
 
 
 def counter_row(initial: int, expected: int, **extra) -> dict:

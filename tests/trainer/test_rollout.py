@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -34,9 +33,10 @@ def fixture_envs(monkeypatch):
 
 @pytest.fixture(scope="module")
 def fleet():
-    os.environ["VERIGYM_ENV_PATH"] = str(FIXTURES)
-    with Fleet(["answer_match", "counter"]) as f:
-        yield f
+    with pytest.MonkeyPatch.context() as mp:  # the fixture envs must not leak into later test modules
+        mp.setenv("VERIGYM_ENV_PATH", str(FIXTURES))
+        with Fleet(["answer_match", "counter"]) as f:
+            yield f
 
 
 def answer_rows(n: int) -> list[dict]:
