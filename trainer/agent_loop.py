@@ -1,9 +1,18 @@
-"""One rollout of one row: generate (and call tools) until done, then ``/verify``.
+"""The one rollout function: generate (and call tools) until done, then ``/verify``.
 
-Single-turn rows: one generation, one verify. Tool rows (the row has ``tools``, or the
-environment is stateful): ``seed_session`` -> generate -> for each function call, the
-tool route (session cookie carried) -> ``function_call_output`` fed back -> ... up to
-``max_steps`` model turns -> ``verify`` on the same session — NeMo-Gym's ``simple_agent``.
+Every rollout the trainer makes goes through :func:`run_episode` — ``driver rollout``, the GRPO
+engine's generators and its validation. Single-turn rows are its one-turn case: one model turn,
+no session, verify; when the row offers tools, the calls the model writes go to ``/verify`` as
+``function_call`` items (tool_call, next_action score one call against the expected one). Rows
+of a stateful environment (``/info``: ``stateful`` — it serves tools or keeps per-rollout state):
+``seed_session`` -> model turn -> for each function call, the tool route (session cookie
+carried) -> ``function_call_output`` fed back -> ... up to ``max_steps`` model turns ->
+``verify`` on the same session — NeMo-Gym's ``simple_agent``.
+
+The model turn is ``generator.generate(prompt_ids, params)``: any object with that coroutine
+and a ``policy``. Batching is the generator's business (trainer.generation.BatchedGenerator
+gathers concurrent episodes; trainer.grpo.episodes.LockstepGenerator decodes every live
+episode's turn in one deterministic batch), so many one-turn episodes still decode as one batch.
 
 Token contiguity (NeMo-RL asserts it, nemo-gym.md §6): turn k+1's prompt ids are exactly
 turn k's prompt ids + its generated ids + environment ids. The environment ids are the
@@ -12,6 +21,16 @@ model already generated it, then the tool messages and the next generation promp
 found by rendering the conversation with and without the tool messages and tokenising
 only the difference. We never re-tokenise what the model generated.
 
+``context_limit`` (prompt + everything generated) caps each turn's new tokens to the room
+left; a first prompt with no room fails with :data:`PROMPT_TOO_LONG` before any server call
+(NeMo-RL gives such a prompt ``loss_multiplier=0``); a later turn with no room ends the
+episode as truncated.
+
+Verification is :func:`verify_rollout`, the one verify / retry / failure path. ``verify=False``
+stops an episode that has no session right before it, with its ``response`` built, so that the
+engine's reward actor runs that same last step concurrently with the next decode batch (or
+scores the group through ``/compare``).
+
 Infrastructure failures never raise out of here: the episode comes back with a failure
 class (``connection_error``, ``overloaded``, ``verifier_error``...) and reward 0 so the
 caller can count and mask it.
@@ -19,18 +38,28 @@ caller can count and mask it.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from servers.client import EnvClient, EnvClientError, SessionHandle
 from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass
-from trainer.generation import BatchedGenerator, Generation, SamplingParams
+from trainer.generation import Generation, SamplingParams
 from trainer.policy import Policy
 from trainer.responses import (build_response, chat_tools, function_call_output_item, offers_tools, public_row,
                                to_chat_messages, turn_items)
 
 _PLACEHOLDER = "\x00VERIGYM_TURN\x00"
+PROMPT_TOO_LONG = "prompt_too_long"  # failure class of a first prompt with no room left for one new token
+
+
+class Generator(Protocol):
+    """What an episode needs to take a model turn (trainer.generation.BatchedGenerator is one)."""
+
+    policy: Policy
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation: ...
 
 
 @dataclass
@@ -50,6 +79,10 @@ class Episode:
     completion_versions: list[int] = field(default_factory=list)
     turns: int = 0
     truncated: bool = False
+    text: str = ""  # everything the model generated, decoded (all turns)
+    response: dict[str, Any] | None = None  # the Responses-API response sent (or to send) to /verify
+    verified: bool = False  # False only for verify=False episodes: the caller runs verify_rollout
+    verify_retries: int = 0  # failure-classed /verify answers retried
 
     @property
     def reward(self) -> float:
@@ -98,8 +131,30 @@ def _failure(reply_base: dict[str, Any], exc: EnvClientError | Exception, cls: F
             FAILURE_DETAIL_KEY: str(exc)[:2000]}
 
 
-async def run_episode(generator: BatchedGenerator, client: EnvClient, env: str, row: dict[str, Any],
-                      params: SamplingParams, *, stateful: bool = False, max_steps: int = 8) -> Episode:
+async def verify_rollout(client: EnvClient, env: str, row: dict[str, Any], response: dict[str, Any], *,
+                         session: SessionHandle | None = None, retries: int = 0) -> tuple[dict[str, Any], int]:
+    """``/verify`` with the run's retry rule; returns (reply, retries used). The reply carries a
+    failure class when the server could not score it (its own class, or ``connection_error`` /
+    ``verifier_error`` for an unreachable server / a 4xx-5xx answer); failure-classed replies are
+    retried ``retries`` times with backoff, then returned as they are (the caller masks them)."""
+    reply: dict[str, Any] = {}
+    for attempt in range(retries + 1):
+        try:
+            reply = await client.verify(env, row, response, session=session)
+        except EnvClientError as exc:
+            cls = FailureClass.CONNECTION_ERROR if exc.status is None else FailureClass.VERIFIER_ERROR
+            reply = _failure({**row, "response": response}, exc, cls)
+        if reply.get(FAILURE_CLASS_KEY) is None or attempt == retries:
+            return reply, attempt
+        await asyncio.sleep(0.2 * 2 ** attempt)
+    return reply, retries
+
+
+async def run_episode(generator: Generator, client: EnvClient | None, env: str, row: dict[str, Any],
+                      params: SamplingParams, *, stateful: bool = False, max_steps: int = 8,
+                      context_limit: int | None = None, verify: bool = True, verify_retries: int = 0) -> Episode:
+    """One rollout of ``row`` (see the module docstring). ``client`` may be None only for an
+    episode that needs no server before its verify step (no session, ``verify=False``)."""
     policy = generator.policy
     row = public_row(row)  # the trainer's _verigym_* keys never reach a server
     create_params = row.get("responses_create_params") or {}
@@ -116,12 +171,27 @@ async def run_episode(generator: BatchedGenerator, client: EnvClient, env: str, 
         return build_response(output, create_params=create_params, model=policy.name, input_tokens=input_tokens,
                               output_tokens=sum(episode.completion_mask), incomplete=episode.truncated)
 
+    if context_limit is not None and len(prompt_ids) >= context_limit:
+        episode.reply = {**row, "reward": 0.0, FAILURE_CLASS_KEY: PROMPT_TOO_LONG,
+                         FAILURE_DETAIL_KEY: f"prompt of {len(prompt_ids)} tokens leaves no room in {context_limit}"}
+        episode.verified = True  # nothing to verify: the sample is masked
+        return episode
     try:
-        if stateful or use_tools:
+        if stateful:
+            assert client is not None, "a session episode needs an environment client"
             session = await client.seed_session(env, row)
         for step in range(max_steps):
-            gen = await generator.generate(prompt_ids, params)
+            turn_params = params
+            if context_limit is not None:
+                room = context_limit - len(prompt_ids)
+                if room <= 0:  # the conversation filled the context: stop here, verify what there is
+                    episode.truncated = True
+                    break
+                if room < params.max_new_tokens:
+                    turn_params = replace(params, max_new_tokens=room)
+            gen = await generator.generate(prompt_ids, turn_params)
             episode.turns += 1
+            episode.text += gen.text
             episode.add_model_tokens(gen)
             items = turn_items(gen.text, prompt_ids=prompt_ids, gen_ids=gen.token_ids, logprobs=gen.logprobs,
                                versions=gen.versions, parse_tools=use_tools)
@@ -130,6 +200,7 @@ async def run_episode(generator: BatchedGenerator, client: EnvClient, env: str, 
             episode.truncated = gen.truncated
             if not calls or gen.truncated or step == max_steps - 1 or session is None:
                 break
+            assert client is not None
             tool_messages = []
             for call in calls:
                 text = await _call_tool(client, session, call)
@@ -142,11 +213,20 @@ async def run_episode(generator: BatchedGenerator, client: EnvClient, env: str, 
                                                   if _is_json(c["arguments"]) else c["arguments"]}} for c in calls]}] + tool_messages
             episode.add_env_tokens(env_ids)
             prompt_ids = prompt_ids + gen.token_ids + env_ids
-        episode.reply = await client.verify(env, row, response(), session=session)
     except EnvClientError as exc:
-        base = {**row, "response": response()}
         cls = FailureClass.CONNECTION_ERROR if exc.status is None else FailureClass.VERIFIER_ERROR
-        episode.reply = _failure(base, exc, cls)
+        episode.response = response()
+        episode.reply = _failure({**row, "response": episode.response}, exc, cls)
+        episode.verified = True
+        return episode
+    episode.response = response()
+    if not verify and session is None:
+        episode.reply = {**row, "response": episode.response}
+        return episode
+    assert client is not None, "verifying an episode needs an environment client"
+    episode.reply, episode.verify_retries = await verify_rollout(client, env, row, episode.response, session=session,
+                                                                 retries=verify_retries)
+    episode.verified = True
     return episode
 
 

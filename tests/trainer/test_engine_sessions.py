@@ -14,7 +14,7 @@ import torch
 from trainer.config import load_config
 from trainer.fleet import Fleet
 from trainer.generation import SamplingParams
-from trainer.grpo.episodes import SessionRouter, run_session_rollouts
+from trainer.grpo.episodes import SessionRouter, rollout_samples
 from trainer.grpo.replay_buffer import Group, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig
@@ -74,10 +74,10 @@ def test_session_rollouts_are_scored_and_tool_outputs_are_masked_out_of_the_loss
     teach_tool_call(policy)
     policy.version = 0
     cfg = load_config("tiny", ["grpo.max_rollout_turns=3", "grpo.num_prompts_per_step=1",
-                               "grpo.num_generations_per_prompt=2"])
+                               "grpo.num_generations_per_prompt=2", "policy.max_total_sequence_length=1024"])
     rows = [counter_row(1, 3), counter_row(1, 3)]
-    samples = run_session_rollouts(policy, fleet.urls, rows, SessionRouter(fleet.urls), cfg,
-                                   SamplingParams(temperature=0, max_new_tokens=100), seed=0)
+    samples = rollout_samples(policy, fleet.urls, rows, SessionRouter(fleet.urls), cfg,
+                              SamplingParams(temperature=0, max_new_tokens=100), torch.Generator().manual_seed(0))
     for s in samples:
         assert s.scored and s.failure is None and s.reward == 1.0 and s.env == "counter"
         assert len(s.gen_ids) == len(s.gen_mask) == len(s.gen_logprobs) == len(s.versions)
@@ -103,7 +103,8 @@ def test_the_engine_trains_on_session_rows(fleet, tmp_path):
                                "grpo.max_num_steps=2", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2",
                                "grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=true",
                                "grpo.max_val_samples=2", "grpo.max_rollout_turns=2", "policy.warm_start.enabled=false",
-                               "policy.generation.max_new_tokens=8", "policy.generation_batch_size=1"])
+                               "policy.generation.max_new_tokens=8", "policy.generation_batch_size=1",
+                               "policy.max_total_sequence_length=1024"])  # the prompt with its tools is long
     rows = [counter_row(2, 2, _verigym_id=f"c{i}") for i in range(6)]
     res = run_grpo(cfg, rows, rows[:2], fleet.urls, {"counter": "counter"}, resume=False)
     assert res.steps_done == 2 and res.summary["failed_samples"] == 0

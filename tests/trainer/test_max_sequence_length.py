@@ -11,8 +11,10 @@ def test_prompt_plus_response_fits_max_total_sequence_length_and_long_prompts_fa
 
     from trainer.grpo.replay_buffer import Group, Ticket
     from trainer.grpo.train_step import grpo_train_step
-    from trainer.grpo.workers import (PROMPT_TOO_LONG, RewardWorker, decode_within_context, load_policy,
-                                      prompt_ids_for, sampling_params)
+    from trainer.agent_loop import PROMPT_TOO_LONG
+    from trainer.grpo.decode import load_policy, prompt_ids_for, sampling_params
+    from trainer.grpo.episodes import rollout_samples
+    from trainer.grpo.reward_worker import RewardWorker
 
     cfg = load_config("tiny", ["policy.max_total_sequence_length=40", "policy.generation.max_new_tokens=12",
                                "grpo.num_prompts_per_step=3", "grpo.num_generations_per_prompt=2"])
@@ -22,13 +24,15 @@ def test_prompt_plus_response_fits_max_total_sequence_length_and_long_prompts_fa
     prompts = [prompt_ids_for(policy, r) for r in rows]
     short, tight, long_ = (len(p) for p in prompts)
     assert short + 12 <= 40 < tight + 12 and tight < 40 <= long_  # full budget, capped budget, no room
-    samples = decode_within_context(policy, cfg, [p for p in prompts for _ in range(2)], sampling_params(cfg),
-                                    torch.Generator().manual_seed(0))
+    # the one rollout function, as the generators run it (no servers: one-turn episodes stop before verify)
+    samples = rollout_samples(policy, {}, [r for r in rows for _ in range(2)], None, cfg, sampling_params(cfg),
+                              torch.Generator().manual_seed(0))
     for s in samples[:4]:
         assert s.failure is None and len(s.prompt_ids) + len(s.gen_ids) <= 40 and s.gen_ids
+        assert not s.scored and s.response["output"][-1]["generation_token_ids"] == s.gen_ids
     assert all(len(s.gen_ids) == 40 - tight for s in samples[2:4] if s.truncated)
     for s in samples[4:]:
-        assert s.failure == PROMPT_TOO_LONG and s.gen_ids == [] and len(s.prompt_ids) == 39
+        assert s.failure == PROMPT_TOO_LONG and s.gen_ids == [] and len(s.prompt_ids) == 39 and s.scored
 
     # the reward worker does not send it to a server (there is none here) and counts its class
     reward = RewardWorker(cfg.model_dump(mode="json"), {}, None, {})

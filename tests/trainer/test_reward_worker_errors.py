@@ -11,7 +11,7 @@ from servers import registry
 from servers.app import start_server
 from trainer.config import load_config
 from trainer.grpo.replay_buffer import Group, Sample, Ticket
-from trainer.grpo.workers import RewardWorker
+from trainer.grpo.reward_worker import RewardWorker
 from trainer.responses import public_row
 
 FIXTURES = Path(__file__).parent / "fixture_envs"

@@ -14,7 +14,8 @@ from servers.app import start_server
 from servers.scripted_judge import ScriptedJudge
 from trainer.config import load_config
 from trainer.grpo.replay_buffer import Sample
-from trainer.grpo.workers import PROMPT_TOO_LONG, RewardWorker
+from trainer.agent_loop import PROMPT_TOO_LONG
+from trainer.grpo.reward_worker import RewardWorker
 
 QUALITY = re.compile(r"Q=(\d)")
 

@@ -20,19 +20,19 @@ def test_schedule_picks_the_latest_entry_and_is_bounded_by_the_ceiling():
 def test_rollouts_follow_the_limit_of_the_step_they_train_at():
     import torch
 
-    from trainer.grpo.decode import PROMPT_TOO_LONG, context_budgets, decode_within_context, load_policy, \
-        prompt_ids_for, sampling_params
+    from trainer.agent_loop import PROMPT_TOO_LONG
+    from trainer.grpo.decode import load_policy, prompt_ids_for, sampling_params
+    from trainer.grpo.episodes import rollout_samples
 
     cfg = load_config("tiny", ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=12",
                                "policy.max_total_sequence_length_schedule={0: 40, 5: 128}"])
     policy = load_policy(cfg, 1)
-    prompts = [prompt_ids_for(policy, {"responses_create_params": {"input": [{"role": "user", "content": t}]}})
-               for t in ("x" * 10, "y" * 60)]
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": t}]}} for t in ("x" * 10, "y" * 60)]
+    prompts = [prompt_ids_for(policy, r) for r in rows]
     tight, long_ = (len(p) for p in prompts)
     assert tight < 40 < tight + 12 and 40 <= long_ < 116
-    assert context_budgets(cfg, prompts, 12, step=0) == [40 - tight, 0]
-    assert context_budgets(cfg, prompts, 12, step=5) == [12, 12]
-    early = decode_within_context(policy, cfg, prompts, sampling_params(cfg), torch.Generator().manual_seed(0), step=0)
-    late = decode_within_context(policy, cfg, prompts, sampling_params(cfg), torch.Generator().manual_seed(0), step=7)
+    early = rollout_samples(policy, {}, rows, None, cfg, sampling_params(cfg), torch.Generator().manual_seed(0), step=0)
+    late = rollout_samples(policy, {}, rows, None, cfg, sampling_params(cfg), torch.Generator().manual_seed(0), step=7)
+    assert len(early[0].gen_ids) <= 40 - tight and (len(early[0].gen_ids) == 40 - tight or not early[0].truncated)
     assert early[1].failure == PROMPT_TOO_LONG and len(early[0].prompt_ids) + len(early[0].gen_ids) <= 40
     assert late[1].failure is None and late[1].gen_ids

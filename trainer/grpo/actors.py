@@ -15,7 +15,8 @@ from trainer.config import MasterConfig
 from trainer.grpo import interrupt
 from trainer.grpo.replay_buffer import ReplayBuffer
 from trainer.grpo.weight_sync import WeightTransport
-from trainer.grpo.workers import GeneratorWorker, RewardWorker, TrainerWorker
+from trainer.grpo.reward_worker import RewardWorker
+from trainer.grpo.workers import GeneratorWorker, TrainerWorker
 
 
 def init_ray(cfg: MasterConfig) -> bool:

@@ -48,6 +48,9 @@ class Sample:
     # version -1: never trained). None: every generated token is the model's (one turn).
     gen_mask: list[int] | None = None
     scored: bool = False                 # the rollout already ran /verify (its session ends there)
+    # A one-turn episode stopped before its verify step (trainer.grpo.episodes): the Responses-API
+    # response the reward actor sends to /verify (or /compare); dropped once scored.
+    response: dict[str, Any] | None = None
 
 
 @dataclass

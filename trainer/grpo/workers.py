@@ -1,35 +1,28 @@
-"""The engine's components as plain classes; :mod:`trainer.grpo.actors` runs them as Ray actors.
+"""The engine's generator and trainer as plain classes; :mod:`trainer.grpo.actors` runs them (and
+:class:`trainer.grpo.reward_worker.RewardWorker`) as Ray actors.
 
 * :class:`GeneratorWorker` decodes continuously on its own thread. Before each batch it asks the
   collector for admission; between decode steps the ``on_step`` hook swaps in new weights when
   ``in_flight_weight_updates`` is on, so generation never drains and later tokens carry the new
   version (the decode loop stamps each token and keeps the logprob it was sampled with).
-* :class:`RewardWorker` scores finished groups against the environment servers (async HTTP),
-  re-scores infrastructure failures ``env.failed_rollout_retries`` times, then hands the groups
-  to the collector; samples still failing keep their failure class and are masked in the loss.
-  An environment that serves ``POST /compare`` (genrm: rewards relative to the group) gets the
-  whole group in one call, or with ``env.group_scoring=verify`` every sample through ``/verify``
-  tagged with its group (task index, rollout index, group size) for the server's cohort buffer.
+  Every sample is one run of the one rollout function (trainer.agent_loop.run_episode, through
+  trainer.grpo.episodes); one-turn episodes stop before their verify step, which the reward
+  actor runs while the next batch decodes.
 * :class:`TrainerWorker` owns the training copy of the policy and the optimizer.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
-import traceback
 from typing import Any
 
 import numpy as np
 import torch
 
 from trainer.config import MasterConfig
-# policy / prompt / decode helpers live in trainer.grpo.decode; re-exported for the tests and actors
-from trainer.grpo.decode import (PROMPT_TOO_LONG, decode_within_context, load_policy,  # noqa: F401
-                                 prompt_ids_for, sampling_params, to_response)
-from trainer.grpo.effort import apply_effort_shaping
+from trainer.grpo.decode import load_policy, prompt_ids_for, sampling_params
 from trainer.grpo.lr_schedule import build_scheduler
 from trainer.grpo.reference import ReferencePolicy
 from trainer.grpo.replay_buffer import Group, Sample, Ticket
@@ -123,33 +116,17 @@ class GeneratorWorker:
             raise
 
     def generate(self, tickets: list[Ticket], hook: Any = None) -> list[Group]:
+        from trainer.grpo.episodes import rollout_samples
+
         t0 = time.perf_counter()
         K = self.cfg.grpo.num_generations_per_prompt
-        params = sampling_params(self.cfg)
         start_version = self.policy.version
         rows = [self.rows[t.prompt_index] for t in tickets]
-        # Rows of session environments (tools, per-rollout state) run the one rollout function,
-        # trainer.agent_loop.run_episode, K times each; the others decode in one batch.
-        session = [self.sessions.needs_session(r) for r in rows] if self.sessions else [False] * len(rows)
-        single = [i for i, multi in enumerate(session) if not multi]
-        gens: list[Sample] = [None] * (len(rows) * K)  # type: ignore[list-item]
-        if single:
-            prompts = [prompt_ids_for(self.policy, rows[i]) for i in single]
-            # one RNG per batch seeded by its first slot: reproducible for the same admissions
-            rng = torch.Generator().manual_seed(tickets[0].seed)
-            step = tickets[0].slot // self.cfg.grpo.num_prompts_per_step  # the step these groups train at
-            decoded = decode_within_context(self.policy, self.cfg, [p for p in prompts for _ in range(K)], params, rng,
-                                            hook, step)
-            for n, i in enumerate(single):
-                gens[i * K:(i + 1) * K] = decoded[n * K:(n + 1) * K]
-        multi = [i for i, m in enumerate(session) if m]
-        if multi:
-            from trainer.grpo.episodes import run_session_rollouts
-
-            scored = run_session_rollouts(self.policy, self.urls, [rows[i] for i in multi for _ in range(K)],
-                                          self.sessions, self.cfg, params, tickets[0].seed, hook)
-            for n, i in enumerate(multi):
-                gens[i * K:(i + 1) * K] = scored[n * K:(n + 1) * K]
+        # one RNG per batch seeded by its first slot: reproducible for the same admissions
+        rng = torch.Generator().manual_seed(tickets[0].seed)
+        step = tickets[0].slot // self.cfg.grpo.num_prompts_per_step  # the step these groups train at
+        gens = rollout_samples(self.policy, self.urls, [r for r in rows for _ in range(K)], self.sessions, self.cfg,
+                               sampling_params(self.cfg), rng, hook=hook, step=step)
         dt = time.perf_counter() - t0
         groups = []
         for i, t in enumerate(tickets):
@@ -160,183 +137,6 @@ class GeneratorWorker:
         self.stats["tokens"] += sum(len(x.gen_ids) for x in gens)
         self.stats["groups"] += len(tickets)
         return groups
-
-
-class RewardWorker:
-    """Async actor: many groups are scored concurrently while generators keep decoding."""
-
-    def __init__(self, cfg_data: dict[str, Any], urls: dict[str, Any], buffer: Any, route_map: dict[str, str]):
-        from servers.client import EnvClient
-
-        self.cfg = MasterConfig.model_validate(cfg_data)
-        self.buffer, self.route_map = buffer, route_map
-        e = self.cfg.env
-        self.client = EnvClient(urls, max_concurrency_per_server=e.max_concurrency_per_server, timeout_s=e.verify_timeout_s,
-                                retries=1, backoff_s=0.1, max_backoff_s=0.5)
-        self.stats = {"reward_seconds": 0.0, "scored": 0, "failed": 0, "retried": 0, "failures_by_class": {}}
-        self.error: str | None = None  # the traceback of an exception in our own scoring code
-        self._policy_name = self.cfg.policy.model_name
-        self._group_envs: dict[str, bool] = {}  # env -> serves POST /compare (from its /info)
-
-    def env_of(self, row: dict[str, Any]) -> str:
-        if row.get("_verigym_env"):
-            return row["_verigym_env"]
-        if row.get("env"):
-            return row["env"]
-        name = (row.get("agent_ref") or {}).get("name", "")
-        return self.route_map.get(name, name)
-
-    async def _score(self, row: dict[str, Any], s: Sample) -> None:
-        from servers.client import EnvClientError
-        from servers.wire import FAILURE_CLASS_KEY
-        from trainer.responses import public_row
-
-        env = self.env_of(row)
-        s.env = env
-        if s.failure == PROMPT_TOO_LONG or s.scored:  # never generated, or a session rollout verified already
-            if s.failure:
-                self._count_failure(s.failure)
-            return
-        response = to_response(_NameOnly(self._policy_name), s, row)
-        for attempt in range(self.cfg.env.failed_rollout_retries + 1):
-            try:
-                reply = await self.client.verify(env, public_row(row), response)
-                failure = reply.get(FAILURE_CLASS_KEY)
-            except EnvClientError as exc:  # a 4xx/5xx answer: the server could not score it
-                reply, failure = {"reward": 0.0}, f"http_error:{type(exc).__name__}"
-            if failure is None:
-                s.reward, s.failure = float(reply.get("reward", 0.0)), None
-                return
-            if attempt < self.cfg.env.failed_rollout_retries:
-                self.stats["retried"] += 1
-                await asyncio.sleep(0.2 * 2 ** attempt)
-        s.reward, s.failure = 0.0, str(failure)
-        self._count_failure(s.failure)
-
-    async def _scores_groups(self, env: str) -> bool:
-        """Whether ``env``'s server scores whole groups (it publishes a ``compare`` endpoint on /info)."""
-        if env not in self._group_envs:
-            try:
-                status, info = await self.client.get(env, "/info")
-            except Exception:  # noqa: BLE001 - unreachable now: ask again next time, score per sample meanwhile
-                return False
-            self._group_envs[env] = status == 200 and "compare" in (info.get("endpoints") or {})
-        return self._group_envs[env]
-
-    async def _compare(self, row: dict[str, Any], samples: list[Sample]) -> None:
-        """One ``POST /compare`` for the group; per-response failure classes come back masked."""
-        from servers.client import EnvClientError
-
-        env = self.env_of(row)
-        for s in samples:
-            s.env = env
-        todo = [s for s in samples if s.failure != PROMPT_TOO_LONG]
-        for s in samples:
-            if s.failure == PROMPT_TOO_LONG:
-                self._count_failure(s.failure)
-        if len(todo) < 2:  # nothing to compare a lone response with
-            for s in todo:
-                s.reward, s.failure = 0.0, "group_too_small"
-                self._count_failure(s.failure)
-            return
-        params = row.get("responses_create_params", {})
-        history = params.get("input", [])
-        history = [{"role": "user", "content": history}] if isinstance(history, str) else list(history)
-        if params.get("instructions"):
-            history.insert(0, {"role": "system", "content": params["instructions"]})
-        body: dict[str, Any] = {"conversation_history": history,
-                                "response_objs": [to_response(_NameOnly(self._policy_name), s, row) for s in todo]}
-        if row.get("principle") is not None:
-            body["principle"] = row["principle"]
-        retries = self.cfg.env.failed_rollout_retries
-        rewards: list[float] = [0.0] * len(todo)
-        failures: list[str | None] = ["no_reply"] * len(todo)
-        for attempt in range(retries + 1):
-            try:
-                status, reply = await self.client.post(env, "/compare", body)
-            except EnvClientError as exc:  # retries on 503 / connection errors ran out
-                failures = [exc.failure_class.value if exc.failure_class else "connection_error"] * len(todo)
-            else:
-                if status == 200:
-                    rewards = [float(r) for r in reply["rewards"]]
-                    failures = [f and str(f.get("_ng_failure_class")) for f in reply.get("failures") or [None] * len(todo)]
-                else:  # a 4xx/5xx: the server could not score the group
-                    failures = [f"http_error:{status}"] * len(todo)
-            if not any(failures) or attempt == retries:
-                break
-            self.stats["retried"] += 1
-            await asyncio.sleep(0.2 * 2 ** attempt)
-        for s, reward, failure in zip(todo, rewards, failures):
-            s.reward, s.failure = (reward, None) if failure is None else (0.0, failure)
-            if failure is not None:
-                self._count_failure(failure)
-
-    async def _score_group(self, row: dict[str, Any], samples: list[Sample], group_id: int) -> None:
-        from servers.wire import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
-
-        env = self.env_of(row)
-        if any(s.scored for s in samples):  # session rollouts: verified at the end of each episode
-            await asyncio.gather(*(self._score(row, s) for s in samples))
-            return
-        if await self._scores_groups(env):
-            if self.cfg.env.group_scoring == "compare":
-                return await self._compare(row, samples)
-            # cohort /verify: the server groups the samples by task index and waits for all of them
-            sent = [s for s in samples if s.failure != PROMPT_TOO_LONG]
-            tagged = {**row, TASK_INDEX_KEY: group_id, "num_rollouts_per_prompt": len(sent)}
-            await asyncio.gather(*(self._score({**tagged, ROLLOUT_INDEX_KEY: j}, s) for j, s in enumerate(samples)))
-            return
-        await asyncio.gather(*(self._score(row, s) for s in samples))
-
-    def _count_failure(self, failure: str) -> None:
-        self.stats["failed"] += 1
-        self.stats["failures_by_class"][failure] = self.stats["failures_by_class"].get(failure, 0) + 1
-
-    async def score_groups(self, groups: list[Group], rows: list[dict[str, Any]]) -> int:
-        """Score and hand to the buffer. Called fire-and-forget by the generators, so an exception
-        here (a bug of ours, not an environment's failure: those are failure classes) is kept with
-        its traceback for the driver, which stops the run with it (engine._check_health)."""
-        try:
-            return await self._score_groups(groups, rows)
-        except Exception:
-            self.error = self.error or traceback.format_exc()
-            raise
-
-    async def _score_groups(self, groups: list[Group], rows: list[dict[str, Any]]) -> int:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(self._score_group(row, grp.samples, grp.ticket.slot) for grp, row in zip(groups, rows)))
-        for grp, row in zip(groups, rows):  # after the env reward: low-effort length shaping, prompt-kind tags
-            apply_effort_shaping(grp.samples, row, self.cfg.env.effort_levels)
-        self.stats["reward_seconds"] += time.perf_counter() - t0
-        self.stats["scored"] += sum(len(g.samples) for g in groups)
-        await self.buffer.put.remote(groups)
-        return len(groups)
-
-    async def score_samples(self, samples: list[Sample], rows: list[dict[str, Any]]) -> list[Sample]:
-        """Validation: samples one by one, except consecutive samples of one row for an environment
-        that scores groups, which go together through /compare."""
-        runs: list[tuple[dict[str, Any], list[Sample]]] = []
-        for s, r in zip(samples, rows):
-            if runs and (runs[-1][0] is r or runs[-1][0] == r):
-                runs[-1][1].append(s)
-            else:
-                runs.append((r, [s]))
-        jobs = []
-        for row, run in runs:
-            if not any(s.scored for s in run) and await self._scores_groups(self.env_of(row)):
-                jobs.append(self._compare(row, run))
-            else:
-                jobs += [self._score(row, s) for s in run]
-        await asyncio.gather(*jobs)
-        return samples
-
-    def get_stats(self) -> dict[str, Any]:
-        return {**self.stats, "error": self.error}
-
-
-class _NameOnly:
-    def __init__(self, name: str):
-        self.name = name
 
 
 class TrainerWorker:
@@ -381,30 +181,13 @@ class TrainerWorker:
         return supervised_warm_start(self.policy, rows, self.cfg.policy.warm_start, seed=self.cfg.grpo.seed)
 
     def generate_validation(self, rows: list[dict[str, Any]], k: int) -> list[Sample]:
-        """k greedy samples per row, in row order; session rows through the one rollout function
-        (already scored), the others decoded in batches (scored by the reward worker)."""
-        params = sampling_params(self.cfg, greedy=True)
-        expanded = [r for r in rows for _ in range(k)]
-        session = [bool(self.sessions and self.sessions.needs_session(r)) for r in expanded]
-        single = [i for i, m in enumerate(session) if not m]
-        out: list[Sample] = [None] * len(expanded)  # type: ignore[list-item]
-        prompts = [prompt_ids_for(self.policy, expanded[i]) for i in single]
-        bs = 64
-        for i in range(0, len(prompts), bs):
-            decoded = decode_within_context(self.policy, self.cfg, prompts[i:i + bs], params,
-                                            torch.Generator().manual_seed(self.cfg.grpo.seed),
-                                            step=max(self.policy.version, 0))
-            for j, sample in zip(single[i:i + bs], decoded):
-                out[j] = sample
-        multi = [i for i, m in enumerate(session) if m]
-        if multi:
-            from trainer.grpo.episodes import run_session_rollouts
+        """k greedy samples per row, in row order, each one run of the one rollout function
+        (session rows come back scored, the others are verified by the reward actor)."""
+        from trainer.grpo.episodes import rollout_samples
 
-            scored = run_session_rollouts(self.policy, self.urls, [expanded[i] for i in multi], self.sessions,
-                                          self.cfg, params, self.cfg.grpo.seed)
-            for j, sample in zip(multi, scored):
-                out[j] = sample
-        return out
+        return rollout_samples(self.policy, self.urls, [r for r in rows for _ in range(k)], self.sessions, self.cfg,
+                               sampling_params(self.cfg, greedy=True), torch.Generator().manual_seed(self.cfg.grpo.seed),
+                               step=max(self.policy.version, 0), max_batch=64)
 
     def prompts_too_long(self, rows: list[dict[str, Any]]) -> list[str]:
         """Ids of the rows whose prompt leaves no room in ``policy.max_total_sequence_length``."""
