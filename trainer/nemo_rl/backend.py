@@ -112,26 +112,31 @@ def fleet_envs(blend: Any, data_dir: Path) -> tuple[list[FleetEnv], str]:
     From the prepared data's manifest when there is one (the envs its rows route to); otherwise
     (a dry run before the data exists) every installed environment the blend's agent map reaches.
     Agent names: the environment's declared ``agent_names`` plus the blend's map entries to it.
+    Domain and agent names come from what each environment publishes (``envs info --json`` in a
+    child process, trainer.env_catalog): the trainer imports no environment module.
     """
-    from servers import registry
+    from trainer.env_catalog import installed as installed_catalog
 
     manifest = data_dir / "manifest.json"
-    installed = registry.discover()
+    catalog = installed_catalog()
     if manifest.is_file():
         counts = json.loads(manifest.read_text()).get("counts", {})
         names = sorted(set(counts.get("train_per_env", {})) | set(counts.get("val_per_env", {})))
         source = f"the rows of {manifest}"
     else:
-        names = sorted({env for env in blend.agents.values() if env in installed})
+        names = sorted({env for env in blend.agents.values() if env in catalog.described})
         source = (f"data not prepared ({data_dir} has no manifest.json): every installed environment the "
                   f"blend's agent map reaches")
     envs = []
     for name in names:
-        if name not in installed:
+        if name not in catalog.described:
             raise ConfigError(f"environment {name!r} (from {source}) is not installed")
-        cls = installed[name].load_class()
-        agents = list(cls.agent_names) + [a for a, e in blend.agents.items() if e == name and a != name]
-        envs.append(FleetEnv(name, cls.domain, tuple(dict.fromkeys(agents or [name]))))
+        error = catalog.error_of(name)
+        if error:
+            raise ConfigError(f"environment {name!r} (from {source}) does not load: {error}")
+        info = catalog.described[name]
+        agents = list(info.get("agent_names", ())) + [a for a, e in blend.agents.items() if e == name and a != name]
+        envs.append(FleetEnv(name, str(info.get("domain", "")), tuple(dict.fromkeys(agents or [name]))))
     return envs, source
 
 
