@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -124,6 +124,23 @@ class WarmStartConfig(_Section):  # verigym: supervised warm start on gold answe
     batch_size: int = Field(32, ge=1)
     lr: float = 3e-3
     answer_template: str = "\\boxed{{{answer}}}"
+    # verigym: a JSONL file of gold conversations ({"messages": [chat messages: user, assistant with
+    # tool_calls, tool, ...], "tools": [...]}) to train on instead of the rows' gold answers: the loss
+    # is on the assistant turns' tokens only, so a multi-turn tool format is taught (tool outputs and
+    # prompts are context). A relative path is read from the working directory, else the repo root.
+    conversations: str | None = None
+
+    @field_validator("conversations")
+    @classmethod
+    def _conversations_file(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        for candidate in ([path] if path.is_absolute() else [Path.cwd() / path, CONFIG_DIR.parent.parent / path]):
+            if candidate.is_file():
+                return str(candidate.resolve())
+        raise ValueError(f"warm-start conversations file {value!r} not found (relative paths are read from the "
+                         f"working directory or the repository root)")
 
 
 class PolicyConfig(_Section):

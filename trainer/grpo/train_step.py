@@ -15,7 +15,7 @@ from trainer.config import MasterConfig
 from trainer.grpo.advantages import compute_advantages, group_ids_from_prompts, zero_variance_fraction
 from trainer.grpo.effort import effort_metrics
 from trainer.grpo.loss import LossInputs, clipped_pg_loss, seq_logprob_error_mask
-from trainer.grpo.metrics import StepStats
+from trainer.grpo.metrics import StepStats, multi_turn_metrics
 from trainer.grpo.replay_buffer import Group
 from trainer.logprobs import forward_logprobs  # noqa: F401 - the one logprob function (re-exported for callers)
 
@@ -146,6 +146,7 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
         "async/mixed_version_samples_frac": sum(len({v for v in s.versions if v >= 0}) > 1 for s in samples) / B,
         "timing/train/policy_training": time.perf_counter() - t0,
         **effort_metrics(samples),  # prompt kinds (low effort, reasoning off / budget) and effort shaping
+        **multi_turn_metrics(samples, "train"),  # tool calls, turns, masked tool-output tokens per sample
         **stats.summary(),
     }
     return out
