@@ -51,6 +51,9 @@ def test_dead_environment_is_masked_counted_and_training_continues(tmp_path, mat
     rows_logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     masked = [r["train/masked_frac"] for r in rows_logged if "train/masked_frac" in r]
     assert len(masked) == 3 and sum(masked) > 0 and min(masked) < 1  # failed samples masked, the rest trained
+    # one weight version: trainer, buffer and generators agreed with the driver's step at every step
+    assert [r["weights/version"] for r in rows_logged if "weights/version" in r] == [1.0, 2.0, 3.0]
+    assert all(0 <= r["weights/generator_lag_max"] <= 1 for r in rows_logged if "weights/version" in r)
 
 
 def test_env_server_killed_mid_run_masks_counts_and_training_finishes(tmp_path, math_server):

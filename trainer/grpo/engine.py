@@ -19,6 +19,7 @@ from trainer.config import MasterConfig, to_yaml
 from trainer.grpo import actors, checkpoint
 from trainer.grpo.interrupt import NO_STOP, StopRequest, as_run_interrupted
 from trainer.grpo.metrics import MetricsLogger, read_jsonl
+from trainer.grpo.versions import check_versions
 from trainer.grpo.weight_sync import make_transport
 
 
@@ -165,6 +166,8 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             gstats = [actors.get(g.get_stats.remote(), to, "generator.get_stats") for g in comps.generators]
             rstats = actors.get(comps.reward.get_stats.remote(), to, "reward.get_stats")
             bstats = actors.get(comps.buffer.stats.remote(), to, "buffer.stats")
+            m.update(check_versions(step + 1, trainer=int(m.pop("weights/trainer_version")),
+                                    buffer_trained=bstats["trained_version"], generators=[g["version"] for g in gstats]))
             elapsed = time.perf_counter() - t_loop
             gen_tokens = sum(g["tokens"] for g in gstats)
             m.update({

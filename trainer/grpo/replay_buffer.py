@@ -83,7 +83,10 @@ class ReplayBuffer:
         self.done: dict[int, Group] = {}         # slot -> finished group
         self.consumed: list[str] = []            # prompt ids in the order they were trained
         self.dropped = 0
-        self.current_version = 0
+
+    def trained_version(self) -> int:
+        """Batches handed out for training: the weight version once they are trained (trainer.grpo.versions)."""
+        return len(self.consumed) // self.B
 
     def _epoch_order(self, epoch: int) -> list[int]:
         order = list(range(len(self.prompt_ids)))
@@ -136,7 +139,11 @@ class ReplayBuffer:
         """The full batch for ``step`` (no partial batches), or None while it is incomplete.
         Groups older than the bound are dropped and re-queued (safety net behind admission)."""
         with self._lock:
-            self.current_version = step
+            if step != self.trained_version():
+                from trainer.grpo.versions import WeightVersionMismatch
+
+                raise WeightVersionMismatch(f"the driver asks for the batch of step {step}, but the buffer has handed out "
+                                            f"{self.trained_version()} batches")
             slots = range(step * self.B, (step + 1) * self.B)
             for s in slots:
                 g = self.done.get(s)
@@ -158,7 +165,7 @@ class ReplayBuffer:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"buffer_size": len(self.done), "in_flight_groups": len(self.admitted) - len(self.done),
-                    "dropped_stale_groups": self.dropped, "epoch": self.epoch}
+                    "dropped_stale_groups": self.dropped, "epoch": self.epoch, "trained_version": self.trained_version()}
 
     # ---- checkpoint -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -170,6 +170,7 @@ class TrainerWorker:
         m = grpo_train_step(self.policy.model, self.optimizer, groups, step, self.cfg, self.pad_id, self.reference,
                             self.scheduler)
         self.policy.version = step + 1
+        m["weights/trainer_version"] = self.policy.version  # compared with the driver's step (grpo.versions)
         return m
 
     def publish_weights(self, version: int) -> Any:
