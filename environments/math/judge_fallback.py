@@ -1,8 +1,9 @@
 """The optional equivalence-judge fallback of ``math`` (NeMo-Gym ``math_with_judge``'s judge path).
 
 Off by default (``judge_fallback: false``, as in the Nemotron recipes). When on, an LLM
-judge is asked only after math-verify said "not equal" (not for a missing answer, not for
-two plain numbers the exact path told apart, not for a failure): is the extracted answer
+judge is asked only after math-verify (or the symbolic fast path standing in for it) said "not
+equal" (not for a missing answer, not for two plain numbers the exact path told apart, not for a
+failure): is the extracted answer
 equivalent to the gold? It is asked in both orders to cancel position bias — gold first,
 then, only if that says equal, the answer first — and the reward is 1 only when both say
 ``[[A=B]]``. A judge that fails makes the sample ``judge_error`` (masked).
@@ -65,7 +66,7 @@ class MathJudgeFallback(JudgedEnvironment):
         if not cfg.judge_fallback:
             return verdict
         if not (verdict.failure_class is None and verdict.reward == 0.0
-                and verdict.extras.get("scored_by") == "math_verify"):
+                and verdict.extras.get("scored_by") in ("math_verify", "symbolic")):
             verdict.extras["judge_used"] = False
             return verdict
         evaluations: list[dict[str, Any]] = []

@@ -3,8 +3,10 @@
 The response's final answer is extracted (``extract.py``); gold and answer are put in
 notations math-verify reads (``notation.rewrite_pair``: repeating decimals, degree signs,
 plain-text units, inequalities as intervals); the pair is decided exactly when it is a
-plain number or the same string (``scoring.fast_equivalence``, in the event loop), and
-otherwise by math-verify (plus a complex-number check) in the CPU pool with a deadline.
+plain number or the same string (``scoring.fast_equivalence``, in the event loop), or when it
+is a small expression decided by its values (``symbolic.symbolic_equivalence``, event loop,
+no sympy), and otherwise by math-verify (plus a complex-number check) in the CPU pool with a
+deadline.
 Results are cached by ``(gold, extracted)``: GRPO samples many responses per prompt and
 most of them end in one of a few answers.
 """
@@ -20,6 +22,7 @@ from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomple
 from environments.math.notation import rewrite_pair
 from environments.math.judge_fallback import MathJudgeConfig, MathJudgeFallback
 from environments.math.scoring import fast_equivalence, library_score
+from environments.math.symbolic import symbolic_equivalence
 from servers.cpu_pool import CpuTimeout
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
@@ -47,6 +50,9 @@ class MathConfig(MathJudgeConfig, EnvConfig):
                     "'last_number' (opt-in) also scores the last number of an unmarked response, never of "
                     "one marked status 'incomplete'.")
     fast_path: bool = Field(True, description="Decide plain numbers / identical strings without sympy.")
+    symbolic_fast_path: bool = Field(
+        True, description="Decide small expressions (integers, \\frac, \\sqrt, \\pi, powers, one-letter variables) "
+                          "by their values at sample points without sympy; math-verify decides the rest.")
     result_cache_size: int = Field(65536, ge=0, description="(gold, extracted) -> reward LRU entries; 0 disables.")
 
 
@@ -96,14 +102,16 @@ class MathEnvironment(MathJudgeFallback, Environment):
             return Verdict(0.0, extras={**extras, "library_reward": 0.0, "scored_by": "no_answer"})
 
         verdict = await score_final_answer(self, gold, extracted, extras, fast_path=cfg.fast_path,
+                                           symbolic_fast_path=cfg.symbolic_fast_path,
                                            timeout=cfg.cpu_task_timeout_s, cache=self._results)
         return await self.apply_judge_fallback(row.question, gold, extracted, verdict)  # judge_fallback.py
 
 
 async def score_final_answer(env: Environment, gold: str, extracted: str, extras: dict[str, Any], *,
-                             fast_path: bool = True, timeout: float, cache: _LRU | None = None) -> Verdict:
-    """The verdict for an extracted final answer: notation rewrites, exact fast path, else
-    math-verify in ``env``'s CPU pool. Shared by ``math`` and ``math_python`` so both score
+                             fast_path: bool = True, symbolic_fast_path: bool = True, timeout: float,
+                             cache: _LRU | None = None) -> Verdict:
+    """The verdict for an extracted final answer: notation rewrites, exact fast path, the
+    symbolic fast path (``scored_by: symbolic``), else math-verify in ``env``'s CPU pool. Shared by ``math`` and ``math_python`` so both score
     the same answer alike. Each step is one call below, in order; a later, more expensive
     decider (an equivalence judge) belongs after ``library_score``'s 0.
 
@@ -117,6 +125,8 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
         decided = fast_equivalence(gold_form, answer_form) if fast_path else None
         if decided is not None:
             result = (1.0 if decided else 0.0), "exact", None
+        elif (symbolic := symbolic_equivalence(gold_form, answer_form) if symbolic_fast_path else None) is not None:
+            result = (1.0 if symbolic else 0.0), "symbolic", None
         else:
             try:
                 reward, error = await env.cpu(library_score, gold_form, answer_form, timeout=timeout)

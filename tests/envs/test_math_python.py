@@ -155,6 +155,6 @@ def test_unknown_extraction_rule_is_a_config_error():
 
 async def test_scores_like_math_including_math_verify_path(client):
     c, _ = client
-    row = dict(ROW, expected_result="\\frac{1}{\\sqrt{2}}")
-    reply = await c.verify("math_python", row, response_from_text("\\boxed{\\frac{\\sqrt{2}}{2}}"))
+    row = dict(ROW, expected_result="\\frac{1}{\\sqrt{2}}")  # a fractional power: math-verify, not the symbolic path
+    reply = await c.verify("math_python", row, response_from_text("\\boxed{2^{-1/2}}"))
     assert reply["reward"] == 1.0 and reply["scored_by"] == "math_verify" and reply["library_reward"] == 1.0
