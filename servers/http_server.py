@@ -166,7 +166,14 @@ class HttpProtocol(asyncio.Protocol):
             self._idle.cancel()
             self._idle = None
         self._continue_sent = False
-        asyncio.get_running_loop().create_task(self._handle(Request(method, target, headers, body), keep_alive))
+        # Held by the server until it ends, even if the client goes: the loop keeps only a weak
+        # reference to a task, and a handler awaiting a stream (a call forwarded to a peer
+        # worker; asyncio's StreamReaderProtocol holds its reader weakly) is otherwise an
+        # unreachable cycle that the collector destroys mid-await, leaving the client without
+        # an answer (issue 17: the forwarded session call that hung ~1 run in 3).
+        task = asyncio.get_running_loop().create_task(self._handle(Request(method, target, headers, body), keep_alive))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
 
     def _parse(self) -> tuple[str, str, CIMultiDictProxy[str], bytes, bool] | None:
         buf = self._buf
@@ -299,6 +306,7 @@ class HttpServer:
         self.handler = handler
         self.max_body = max_body
         self.connections: set[HttpProtocol] = set()
+        self.tasks: set[asyncio.Task] = set()  # requests being handled (strong references, see HttpProtocol._next)
         self.closing = False
         self._servers: list[asyncio.AbstractServer] = []
 

@@ -10,6 +10,11 @@ cannot leave its process, so routing is sticky by session id instead:
   its private Unix socket (in a 0700 directory of the server's; plain HTTP/1.1, one
   connection per call), and the owner's reply goes back as is — status, body,
   ``Set-Cookie`` and ``Retry-After`` included;
+* a forward has a deadline (:func:`forward_deadline_s`: the owner's own verification deadline
+  twice over — one for its queue, one for the call — plus a margin for the hop). An owner
+  that does not answer by then (stopped, wedged), refuses the connection or hangs up (dead,
+  restarting) gets the client a 503 + ``Retry-After`` carrying a failure class
+  (``timeout`` or ``connection_error``), never a wait without end;
 * stateless ``/verify`` (no session) is answered wherever it lands.
 
 ``GET /health`` and ``GET /metrics`` describe the whole server, whichever worker answers:
@@ -31,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from servers.http_server import Reply, Request, json_reply
-from servers.wire import SESSION_COOKIE
+from servers.wire import FAILURE_CLASS_KEY, SESSION_COOKIE, FailureClass
 
 if TYPE_CHECKING:
     from servers.app import EnvServer
@@ -41,6 +46,13 @@ SESSION_HEADER = "X-Verigym-Session"
 _OWNER = re.compile(r"^w(\d+)-")
 _FORWARD_REQUEST_HEADERS = ("Content-Type", "Cookie", SESSION_HEADER)
 _FORWARD_REPLY_HEADERS = ("Content-Type", "Retry-After", "Allow")
+_FORWARD_MARGIN_S = 5.0  # the Unix-socket hop, JSON in and out, a busy owner's event loop
+
+
+def forward_deadline_s(verify_timeout_s: float) -> float:
+    """How long a forwarded call may take: the owner may queue the call behind its verification
+    slots (up to one verification deadline) and then run it (another), plus the hop."""
+    return 2 * verify_timeout_s + _FORWARD_MARGIN_S
 
 
 def worker_socket(socket_dir: str | Path, index: int) -> str:
@@ -164,25 +176,37 @@ class WorkerGroup:
         owner = owner_of(session_id or headers.get(SESSION_HEADER))
         if owner is None or owner == self.index or not 0 <= owner < self.count:
             return None  # ours, none, or an id no worker owns (answered 410 here)
-        return await self._forward(owner, request)
+        return await self._forward(owner, request, forward_deadline_s(server.env.config.verify_timeout_s))
 
-    async def _forward(self, owner: int, request: Request) -> Reply:
+    async def _forward(self, owner: int, request: Request, deadline_s: float) -> Reply:
         body = await request.read()
         headers = {name: request.headers[name] for name in _FORWARD_REQUEST_HEADERS if name in request.headers}
         headers[LOCAL_HEADER] = str(self.index)
         self.forwarded += 1
         try:
-            status, got, payload = await self._exchange(owner, request.method, str(request.rel_url), headers, body)
-            out = Reply(status, payload, got.get("content-type", ["application/json"])[0],
-                        {k: got[k.lower()][0] for k in _FORWARD_REPLY_HEADERS[1:] if k.lower() in got})
-            out.cookies.extend(got.get("set-cookie", ()))
-            return out
+            async with asyncio.timeout(deadline_s):
+                status, got, payload = await self._exchange(owner, request.method, str(request.rel_url),
+                                                            headers, body)
+        except asyncio.TimeoutError:
+            # Stopped or wedged: its state is out of reach for now. Infrastructure, not the
+            # sample's fault: retryable, and masked if it stays so.
+            return self._forward_failed(owner, FailureClass.TIMEOUT,
+                                        f"did not answer within {deadline_s:g}s (the forwarding deadline; the "
+                                        "call may still run there if that worker wakes up)")
         except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
-            # The owner is restarting (its sessions are gone with it): retry, then start over.
-            self.forward_errors += 1
-            return json_reply(503, {"error": f"the worker holding this session (w{owner}) does not answer: "
-                                              f"{type(exc).__name__}; retry, or seed a new session if it stays gone",
-                                     "detail": None}, headers={"Retry-After": "1"})
+            # Dead or restarting (its sessions are gone with it): retry, then start over.
+            return self._forward_failed(owner, FailureClass.CONNECTION_ERROR,
+                                        f"does not answer: {type(exc).__name__}: {exc}")
+        out = Reply(status, payload, got.get("content-type", ["application/json"])[0],
+                    {k: got[k.lower()][0] for k in _FORWARD_REPLY_HEADERS[1:] if k.lower() in got})
+        out.cookies.extend(got.get("set-cookie", ()))
+        return out
+
+    def _forward_failed(self, owner: int, failure: FailureClass, what: str) -> Reply:
+        self.forward_errors += 1
+        return json_reply(503, {"error": f"the worker holding this session (w{owner}) {what}; retry, or seed a "
+                                         "new session if it stays gone", "detail": None,
+                                FAILURE_CLASS_KEY: failure.value}, headers={"Retry-After": "1"})
 
     async def _ask_peers(self, path: str) -> dict[int, tuple[int, bytes]]:
         async def ask(index: int) -> tuple[int, bytes]:
@@ -240,7 +264,7 @@ class WorkerGroup:
         """This worker's forwarding counters (part of its own /metrics text)."""
         return ("# HELP verigym_forwarded_total Session calls this worker passed to the worker owning the session.\n"
                 f'# TYPE verigym_forwarded_total counter\nverigym_forwarded_total{{env="{env}"}} {self.forwarded}\n'
-                "# HELP verigym_forward_errors_total Forwarded calls whose owner did not answer (503 + Retry-After).\n"
+                "# HELP verigym_forward_errors_total Forwarded calls whose owner did not answer in time (503 + Retry-After).\n"
                 f"# TYPE verigym_forward_errors_total counter\n"
                 f'verigym_forward_errors_total{{env="{env}"}} {self.forward_errors}\n')
 
