@@ -156,6 +156,9 @@ class PolicyConfig(_Section):
     max_total_sequence_length_schedule: dict[int, int] = Field(default_factory=dict)
     max_grad_norm: float | None = 1.0
     precision: Literal["float32", "bfloat16"] = "float32"
+    # verigym: where the engine's policy runs: auto (CUDA when torch sees a GPU, else CPU), cpu, cuda,
+    # cuda:N. The trainer and the generators share that one GPU (trainer.grpo.actors.gpu_share).
+    device: str = "auto"
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     # NeMo-RL's list: [{name: torch.optim.lr_scheduler.X, kwargs: {..}}, ..., {milestones: [..]}]
     # (trainer/grpo/lr_schedule.py); stepped once per optimizer step; null = constant lr

@@ -75,7 +75,10 @@ def _sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor
     drop_sorted = (cum - sorted_p) >= top_p.unsqueeze(1)
     drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
     filtered = probs.masked_fill(drop, 0.0)
-    sampled = torch.multinomial(filtered, 1, generator=rng).squeeze(1)
+    if rng.device != filtered.device:  # a caller's RNG on another device: sample there, same draws
+        sampled = torch.multinomial(filtered.to(rng.device), 1, generator=rng).squeeze(1).to(filtered.device)
+    else:
+        sampled = torch.multinomial(filtered, 1, generator=rng).squeeze(1)
     tokens = torch.where(greedy, logits.argmax(dim=-1), sampled)
     return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
@@ -88,7 +91,7 @@ def decode_batch(policy: Policy, prompts: list[list[int]], params: list[Sampling
         return []
     model, tok = policy.model, policy.tokenizer
     device = next(model.parameters()).device
-    rng = rng or torch.Generator().manual_seed(0)
+    rng = rng or torch.Generator(device=device).manual_seed(0)
     batch = len(prompts)
     pad = tok.pad_token_id
     width = max(len(p) for p in prompts)
@@ -189,7 +192,7 @@ class BatchedGenerator:
     def __init__(self, policy: Policy, *, max_batch: int = 64, seed: int = 0, gather_s: float = 0.01,
                  on_step: OnStep | None = None):
         self.policy, self.max_batch, self.gather_s, self.on_step = policy, max_batch, gather_s, on_step
-        self.rng = torch.Generator().manual_seed(seed)
+        self.rng = policy.make_rng(seed)
         self._queue: queue.Queue[_Request | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0, "decode_s": 0.0}

@@ -9,6 +9,9 @@ Two ways to get one (``policy.model_name``):
   Hermes-style ``<tool_call>`` syntax, and a fixed seed — no downloads, runs on a CPU.
   The preset lives in :mod:`servers.model.tiny`, shared with ``envs model serve tiny``.
 
+``policy.device`` (``auto``: CUDA when torch sees a GPU, else CPU) places the model; the decode
+loop, the logprobs and the loss build their tensors on the parameters' device.
+
 ``Policy.version`` is the integer the GRPO engine bumps on every weight update; the decode
 loop in :mod:`trainer.generation` stamps each sampled token with the version that was
 current when the token's forward pass ran.
@@ -39,12 +42,27 @@ class PolicyConfig(BaseModel):
     model_name: str = Field("tiny", description="'tiny' or a local path / hub id of a causal LM")
     seed: int = Field(0, description="Seeds the tiny model's initial weights")
     precision: str = Field("float32", description="float32 | bfloat16 | float16")
+    device: str = Field("cpu", description="'auto' (CUDA when torch sees a GPU, else CPU), 'cpu', 'cuda' or 'cuda:N' "
+                                           "(the GRPO engine passes its policy.device, default auto)")
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                                  description="Extra kwargs for apply_chat_template (enable_thinking...)")
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``policy.device`` as a torch device: ``auto`` is the first GPU torch sees, else the CPU; asking
+    for CUDA where there is none is an error that says what to set instead."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name != "cpu" and name != "cuda" and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ValueError(f"policy.device={name!r}: use auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"policy.device={name!r} but torch sees no CUDA device here: set policy.device=cpu "
+                         "(or auto, which picks the GPU when there is one)")
+    return torch.device(name)
 
 
 class Policy:
@@ -76,8 +94,18 @@ class Policy:
             model = AutoModelForCausalLM.from_pretrained(config.model_name, dtype=dtype)
             if tokenizer.chat_template is None:
                 tokenizer.chat_template = CHATML_TOOLS_TEMPLATE
+        model = model.to(resolve_device(config.device))  # everything else follows the parameters' device
         tokenizer.padding_side = "left"
         return cls(model, tokenizer, name=config.model_name, chat_template_kwargs=config.chat_template_kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters are: decode and logprob tensors are built there."""
+        return next(self.model.parameters()).device
+
+    def make_rng(self, seed: int) -> torch.Generator:
+        """A sampling RNG on the policy's device (torch.multinomial needs one on the same device)."""
+        return torch.Generator(device=self.device).manual_seed(seed)
 
     def save(self, path: str | Path) -> None:
         """A regular HF folder (safetensors + tokenizer): ``policy.model_name=<path>`` loads it back."""

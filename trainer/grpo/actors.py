@@ -35,6 +35,17 @@ def init_ray(cfg: MasterConfig) -> bool:
     return True
 
 
+def gpu_share(cfg: MasterConfig) -> dict[str, float]:
+    """``num_gpus`` for the trainer and each generator: they share one GPU when ``policy.device``
+    resolves to CUDA (Ray sets CUDA_VISIBLE_DEVICES='' in an actor that asks for no GPU, so the
+    share is what lets them see it); nothing on a CPU run."""
+    from trainer.policy import resolve_device
+
+    if resolve_device(cfg.policy.device).type != "cuda":
+        return {}
+    return {"num_gpus": 1.0 / (1 + cfg.cluster.num_generation_workers)}
+
+
 @dataclass
 class Components:
     buffer: Any
@@ -53,7 +64,8 @@ def launch(cfg: MasterConfig, train_rows: list[dict[str, Any]], urls: dict[str, 
         cfg.max_age, cfg.grpo.max_num_steps, seed=cfg.grpo.seed, shuffle=cfg.data.shuffle,
         max_num_epochs=cfg.grpo.max_num_epochs)
     reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(data, urls, buffer, route_map)
-    placed = lambda res: {"resources": dict(res)} if res else spread  # noqa: E731 (custom resources pin the node)
+    gpu = gpu_share(cfg)
+    placed = lambda res: {"resources": dict(res), **gpu} if res else {**spread, **gpu}  # noqa: E731 (custom resources pin the node)
     trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources))(TrainerWorker).remote(data, transport, urls)
     rows_ref = ray.put(train_rows)
     generators = [ray.remote(num_cpus=1, max_concurrency=4, **placed(cfg.cluster.generator_resources))(GeneratorWorker).remote(

@@ -19,7 +19,8 @@ def load_policy(cfg: MasterConfig, threads: int) -> Any:
 
     torch.set_num_threads(threads)
     p = cfg.policy
-    kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision}
+    kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision,
+                          "device": p.device}
     if p.model_name == "tiny" and p.hf_config_overrides:
         kw["tiny"] = TinyModelConfig(**p.hf_config_overrides)
     return Policy.load(PolicyConfig(**kw))

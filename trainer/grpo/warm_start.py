@@ -137,6 +137,8 @@ def train_masked(policy: Any, examples: list[tuple[list[int], list[int]]], *, nu
             ids[i, :len(s)] = seq
             att[i, :len(s)] = 1
             labels[i, :len(s)] = torch.where(torch.tensor(m, dtype=torch.bool), seq, -100)  # loss where mask is 1
+        device = next(model.parameters()).device  # policy.device: the batch goes where the model is
+        ids, labels, att = ids.to(device), labels.to(device), att.to(device)
         logits = model(input_ids=ids, attention_mask=att).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
         opt.zero_grad(set_to_none=True)

@@ -123,7 +123,7 @@ class GeneratorWorker:
         start_version = self.policy.version
         rows = [self.rows[t.prompt_index] for t in tickets]
         # one RNG per batch seeded by its first slot: reproducible for the same admissions
-        rng = torch.Generator().manual_seed(tickets[0].seed)
+        rng = self.policy.make_rng(tickets[0].seed)
         step = tickets[0].slot // self.cfg.grpo.num_prompts_per_step  # the step these groups train at
         gens = rollout_samples(self.policy, self.urls, [r for r in rows for _ in range(K)], self.sessions, self.cfg,
                                sampling_params(self.cfg), rng, hook=hook, step=step)
@@ -187,7 +187,7 @@ class TrainerWorker:
         from trainer.grpo.episodes import rollout_samples
 
         return rollout_samples(self.policy, self.urls, [r for r in rows for _ in range(k)], self.sessions, self.cfg,
-                               sampling_params(self.cfg, greedy=True), torch.Generator().manual_seed(self.cfg.grpo.seed),
+                               sampling_params(self.cfg, greedy=True), self.policy.make_rng(self.cfg.grpo.seed),
                                step=max(self.policy.version, 0), max_batch=64)
 
     def prompts_too_long(self, rows: list[dict[str, Any]]) -> list[str]:
