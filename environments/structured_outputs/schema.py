@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import copy
 import json
+import numbers
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
 import jsonschema
+from jsonschema._types import draft202012_type_checker
 from jsonschema.exceptions import SchemaError, best_match
 from jsonschema.validators import validator_for
 
@@ -98,7 +100,7 @@ def compile_schema(schema_str: str, strict_objects: bool) -> CompiledSchema:
 # (descend -> evolve) at ~2/3 of a structured_outputs verify. The real rows' schemas use only
 # type / properties / required / additionalProperties / items, which compile to plain closures.
 # Keyword semantics below are copied from jsonschema._keywords for Draft 6 and later (boolean
-# subschemas allowed, ``items`` a single schema); types use the validator's own TypeChecker.
+# subschemas allowed, ``items`` a single schema); types use _TYPE_PREDICATES, the Draft 6+ checker's.
 _FAST_DRAFTS = (jsonschema.Draft6Validator, jsonschema.Draft7Validator,
                 jsonschema.Draft201909Validator, jsonschema.Draft202012Validator)
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "format",
@@ -110,18 +112,49 @@ class _Unsupported(Exception):
     pass
 
 
+def _is_integer(instance: Any) -> bool:
+    return (isinstance(instance, int) and not isinstance(instance, bool)) or \
+        (isinstance(instance, float) and instance.is_integer())
+
+
+# The Draft 6+ type checker's predicates as plain functions (jsonschema._types: integer admits
+# 1.0 from Draft 6 on; booleans are neither integers nor numbers). A profile of unique traffic
+# put jsonschema's TypeChecker dispatch (is_type -> TypeChecker.is_type -> the predicate) at
+# half of a verification's schema check; these are called directly.
+_TYPE_PREDICATES: dict[str, Callable[[Any], bool]] = {
+    "object": lambda instance: isinstance(instance, dict),
+    "array": lambda instance: isinstance(instance, list),
+    "string": lambda instance: isinstance(instance, str),
+    "boolean": lambda instance: isinstance(instance, bool),
+    "null": lambda instance: instance is None,
+    "integer": _is_integer,
+    "number": lambda instance: isinstance(instance, numbers.Number) and not isinstance(instance, bool),
+}
+
+
 def _fast_validator(schema: Any, validator: Any) -> Callable[[Any], bool] | None:
-    if type(validator) not in _FAST_DRAFTS:
+    if type(validator) not in _FAST_DRAFTS or validator.TYPE_CHECKER is not draft202012_type_checker:
         return None
     if isinstance(schema, dict):
         schema = {k: v for k, v in schema.items() if k != "$schema"}  # the dialect: only at the root
     try:
-        return _compile_fast(schema, validator.is_type)
+        return _compile_fast(schema)
     except _Unsupported:
         return None
 
 
-def _compile_fast(schema: Any, is_type: Callable[[Any, str], bool]) -> Callable[[Any], bool]:
+def _all_of(checks: list[Callable[[Any], bool]]) -> Callable[[Any], bool]:
+    if not checks:
+        return lambda instance: True
+    if len(checks) == 1:
+        return checks[0]
+    if len(checks) == 2:
+        first, second = checks
+        return lambda instance: first(instance) and second(instance)
+    return lambda instance: all(check(instance) for check in checks)
+
+
+def _compile_fast(schema: Any) -> Callable[[Any], bool]:
     if schema is True:
         return lambda instance: True
     if schema is False:
@@ -130,20 +163,26 @@ def _compile_fast(schema: Any, is_type: Callable[[Any, str], bool]) -> Callable[
         raise _Unsupported
     checks: list[Callable[[Any], bool]] = []
     if "type" in schema:
-        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        checks.append(lambda instance: any(is_type(instance, t) for t in types))
+        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not all(isinstance(name, str) and name in _TYPE_PREDICATES for name in names):
+            raise _Unsupported  # an unknown type name: jsonschema words that error
+        predicates = [_TYPE_PREDICATES[name] for name in names]
+        if len(predicates) == 1:
+            checks.append(predicates[0])
+        else:
+            checks.append(lambda instance: any(predicate(instance) for predicate in predicates))
     properties = schema.get("properties", {})
     if not isinstance(properties, dict):
         raise _Unsupported
-    compiled_properties = [(name, _compile_fast(sub, is_type)) for name, sub in properties.items()]
+    compiled_properties = [(name, _compile_fast(sub)) for name, sub in properties.items()]
     required = schema.get("required", [])
     if not isinstance(required, list):
         raise _Unsupported
     additional = schema.get("additionalProperties", True)
-    additional_check = None if additional is True else _compile_fast(additional, is_type)
+    additional_check = None if additional is True else _compile_fast(additional)
     if compiled_properties or required or additional_check is not None:
         def object_ok(instance: Any) -> bool:
-            if not is_type(instance, "object"):
+            if not isinstance(instance, dict):
                 return True
             for name, check in compiled_properties:
                 if name in instance and not check(instance[name]):
@@ -160,6 +199,14 @@ def _compile_fast(schema: Any, is_type: Callable[[Any, str], bool]) -> Callable[
     if "items" in schema:
         if not isinstance(schema["items"], (dict, bool)):
             raise _Unsupported  # tuple-form items (Draft 6-2019-09)
-        item_check = _compile_fast(schema["items"], is_type)
-        checks.append(lambda instance: not is_type(instance, "array") or all(item_check(item) for item in instance))
-    return lambda instance: all(check(instance) for check in checks)
+        item_check = _compile_fast(schema["items"])
+
+        def items_ok(instance: Any) -> bool:
+            if not isinstance(instance, list):
+                return True
+            for item in instance:
+                if not item_check(item):
+                    return False
+            return True
+        checks.append(items_ok)
+    return _all_of(checks)
