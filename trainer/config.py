@@ -123,7 +123,10 @@ class WarmStartConfig(_Section):  # verigym: supervised warm start on gold answe
     target_loss: float | None = Field(None, gt=0)
     batch_size: int = Field(32, ge=1)
     lr: float = 3e-3
-    answer_template: str = "\\boxed{{{answer}}}"
+    # The answer format the blend's environments parse, ``{answer}`` marking the gold answer (the tiny
+    # preset: \\boxed{{{answer}}}). Set by the preset/blend, never assumed by the trainer; required to
+    # warm-start on the rows' gold answers (not with ``conversations``).
+    answer_template: str | None = None
     # verigym: a JSONL file of gold conversations ({"messages": [chat messages: user, assistant with
     # tool_calls, tool, ...], "tools": [...]}) to train on instead of the rows' gold answers: the loss
     # is on the assistant turns' tokens only, so a multi-turn tool format is taught (tool outputs and
@@ -141,6 +144,17 @@ class WarmStartConfig(_Section):  # verigym: supervised warm start on gold answe
                 return str(candidate.resolve())
         raise ValueError(f"warm-start conversations file {value!r} not found (relative paths are read from the "
                          f"working directory or the repository root)")
+
+    @model_validator(mode="after")
+    def _answer_format_given(self) -> "WarmStartConfig":
+        if self.answer_template is not None and "{answer}" not in self.answer_template:
+            raise ValueError(f"policy.warm_start.answer_template {self.answer_template!r} has no '{{answer}}' "
+                             "placeholder for the gold answer")
+        if self.enabled and self.conversations is None and self.answer_template is None:
+            raise ValueError("policy.warm_start.answer_template is not set: give the answer format your environments "
+                             "parse, '{answer}' marking the gold answer (e.g. '\\boxed{{{answer}}}' for math), or "
+                             "warm-start on policy.warm_start.conversations")
+        return self
 
 
 class PolicyConfig(_Section):
