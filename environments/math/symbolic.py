@@ -8,9 +8,11 @@ powers, one-letter variables -- whose equality is a question about *values*:
 
 * two such expressions that differ (by more than 1e-9 relative) at one real point are
   different functions, so math-verify's numeric and symbolic checks cannot call them equal;
-* two that agree to 1e-40 at three independent real points (60-digit arithmetic) are equal
-  as functions of real variables (what latex2sympy's ``real=True`` symbols mean) except with
-  negligible probability, and sympy's ``simplify`` proves exactly such identities.
+* two that agree to 1e-40 at three independent real points (60-digit arithmetic) are equal:
+  the grammar allows roots of constants only, so every answer is a rational function of its
+  variables with constant (algebraic, or pi) coefficients, and two different ones agree at
+  random points with negligible probability (Schwartz-Zippel); sympy's ``simplify`` proves
+  exactly such identities (``cancel``, ``expand``, radical denesting).
 
 :func:`symbolic_equivalence` answers True/False in those two cases and None ("ask
 math-verify") for everything else: anything outside the grammar below, a value in the grey
@@ -22,8 +24,9 @@ Grammar (whole answer, whitespace and ``\\left``/``\\right``/spacing macros igno
 ``e`` as Euler's number and uppercase as lowercase; ``i`` is the imaginary unit elsewhere in
 this env), ``\\pi``, ``+ - * / \\cdot \\times``, implicit products, parentheses and braces,
 ``^`` with a constant integer exponent of magnitude <= 64 (``x^{10}``, ``x^2``, ``2^{-3}``),
-``\\frac{a}{b}`` (``\\dfrac``/``\\tfrac``), ``\\sqrt{a}`` and ``\\sqrt[n]{a}`` (principal roots,
-as sympy's). Shapes latex2sympy reads differently from ordinary algebra are refused (None):
+``\\frac{a}{b}`` (``\\dfrac``/``\\tfrac``), ``\\sqrt{c}`` and ``\\sqrt[n]{c}`` of constant ``c``
+(principal roots, as sympy's; a root of a variable expression is refused: its identities hold on
+regions, ``\\sqrt{(x+5)^2} = x+5`` only for ``x > -5``). Shapes latex2sympy reads differently from ordinary algebra are refused (None):
 a number followed by ``\\frac`` (a mixed number: ``2\\frac{1}{2}`` is 5/2), ``a/b c`` (it reads
 ``1/2x`` as ``1/(2x)``), an unbraced multi-digit exponent or argument (``x^23``, ``\\sqrt12``),
 chained ``^``, two adjacent numbers, unary minus after an operator.
@@ -51,8 +54,7 @@ _MAX_DIGITS = 40
 _MAX_CHARS = 400
 _VARIABLES = frozenset("abcdfghjklmnopqrstuvwxyz")  # not e (Euler's number), not i (imaginary unit)
 
-# Three sample points; every variable has its own value at each (negative at the second, so
-# sqrt(x^2) vs x and other branch identities that hold only for x > 0 are told apart).
+# Three sample points; every variable has its own value at each (negative at the second).
 _POINT_RNG_SEED = 20261125
 
 
@@ -321,8 +323,13 @@ def _power(base: Any, exponent: Any) -> Any:
 
 
 def _root(node: Any, degree: int) -> Any:
-    fn = _CTX.sqrt if degree == 2 else (lambda value: _CTX.root(value, degree))  # principal roots, as sympy
-    return fn(node) if _is_const(node) else (lambda point: fn(node(point)))
+    # Roots of constants only. A root of a variable expression is a branch function whose
+    # identities hold on regions (sqrt{(x+5)^2} = x+5 only for x > -5) that no fixed set of sample
+    # points covers; a rational function of the variables (constant algebraic coefficients) is
+    # one analytic function, so its agreement at random points means identity.
+    if not _is_const(node):
+        raise _Refuse
+    return _CTX.sqrt(node) if degree == 2 else _CTX.root(node, degree)  # principal roots, as sympy
 
 
 # ---- public ------------------------------------------------------------------------------------
