@@ -15,6 +15,17 @@ else (another status, a 503 without Retry-After, a dropped connection, a reply w
 reward) is an error. The server's memory (RSS of its whole process tree) is sampled during the
 run; ``/health`` must answer 200 afterwards. Loopback only; ``--timeout`` bounds the run.
 
+Descriptors (``ulimit -n``): nothing to do by hand when the HARD limit is high enough: every
+client process and every server worker lifts its own soft limit to the hard one. Needed: a
+client process holds up to 9,000 sockets (``PER_CLIENT``), a server worker about
+``connections / workers`` plus a few hundred (each accepted socket, its pool, its peers), so
+20,000 connections on 2 workers want a hard limit of at least ~10,300 (``ulimit -Hn``; this
+machine: 20,000). The script checks this before it starts and says what to do if it is short
+(raise the hard limit as root: ``ulimit -Hn 65536`` in the shell that runs it, ``prlimit
+--nofile=65536:65536 --pid $$``, or ``LimitNOFILE=`` / ``nofile`` in limits.conf), or use more
+``--workers``. The kernel's loopback port range bounds the connections per client address
+too (``sysctl net.ipv4.ip_local_port_range``; the default ~28,000 is enough for 20,000).
+
 Prints ONE JSON object; ``all_ok`` = every request answered with a reward, no error, server
 healthy after.
 """
@@ -44,6 +55,7 @@ from servers.cli_serve import spawn_servers, stop_servers  # noqa: E402
 from servers.loadgen import encode_bodies  # noqa: E402
 
 PER_CLIENT = 9000  # connections per client process (below a 10k-ish descriptor hard limit)
+SERVER_SPARE_FDS = 300  # a server worker's descriptors besides its connections (pool, peers, files)
 
 
 def raise_fd_limit(needed: int) -> int:
@@ -180,7 +192,11 @@ def main() -> int:
                         help="envs serve --workers (default: one per usable CPU)")
     parser.add_argument("--timeout", type=float, default=600.0, help="bound on the whole exchange, seconds")
     args = parser.parse_args()
-    raise_fd_limit(256)
+    per_worker = -(-args.connections // max(1, args.workers)) + SERVER_SPARE_FDS
+    hard = raise_fd_limit(256)
+    if hard < per_worker:  # the kernel spreads connections evenly over the workers (SO_REUSEPORT)
+        raise SystemExit(f"each of the {args.workers} server workers needs ~{per_worker} descriptors but the hard "
+                         f"limit is {hard}: raise it (ulimit -Hn {per_worker * 2} as root) or use more --workers")
     result = run_event_loop(run(args))
     print(json.dumps(result))
     return 0 if result["all_ok"] else 1
