@@ -28,7 +28,6 @@ _INITIAL = re.compile(r"(\s[A-Za-z])[.](?= )")
 _ACRONYM3 = re.compile(r"\b([A-Za-z])[.]([A-Za-z])[.]([A-Za-z])[.]")
 _ACRONYM2 = re.compile(r"\b([A-Za-z])[.]([A-Za-z])[.]")
 _SUFFIXES = re.compile(r" (Inc|Ltd|Co)[.](?! [A-Z])")
-_ENDS = re.compile(r"([.!?])")
 _PRD = "\x00"  # stands in for a protected dot while splitting
 
 
@@ -58,7 +57,10 @@ def split_sentences(text: str) -> list[str]:
     # keep closing quotes with their sentence: 'said."' ends after the quote
     for mark in ".!?":
         text = text.replace(mark + '"', '"' + mark).replace(mark + "”", "”" + mark)
-    text = _ENDS.sub(r"\1<stop>", text)
+    # str.replace, not _ENDS.sub(r"\1<stop>"): the same text, without a template expansion per
+    # sentence end (a profile of unique traffic put those at a fifth of a verification).
+    for mark in ".!?":
+        text = text.replace(mark, mark + "<stop>")
     sentences = [s.replace(_PRD, ".").strip() for s in text.split("<stop>")]
     return [s for s in sentences if s]
 

@@ -155,3 +155,14 @@ def test_row_accepts_legacy_and_metadata_layouts_and_drops_null_kwargs():
 def test_bad_rows_are_rejected_with_the_reason(fields, message):
     with pytest.raises(ValueError, match=message):
         InstructionFollowingRow.model_validate(_row(**fields))
+
+
+def test_bind_cache_shares_only_equal_content_and_never_caches_errors():
+    ids = ["length_constraints:number_words"]
+    first = bind_all(ids, [{"num_words": 39, "relation": "at least", "unused": None}])
+    again = bind_all(ids, [{"relation": "at least", "num_words": 39}])  # same content, other key order
+    assert first == again == [{"num_words": 39, "relation": "at least"}]
+    assert bind_all(ids, [{"num_words": 40, "relation": "at least"}]) == [{"num_words": 40, "relation": "at least"}]
+    for _ in range(2):  # a bad row is rejected every time, not remembered as bound
+        with pytest.raises(ValueError, match="relation"):
+            bind_all(ids, [{"num_words": 39, "relation": "roughly"}])
