@@ -57,6 +57,8 @@ def is_json_content_type(header: str | None) -> bool:
 
 
 def _json(status: int, body: Any, *, headers: dict[str, str] | None = None) -> Reply:
+    if isinstance(body, bytes):  # already JSON: a /verify reply spliced onto the request's bytes
+        return Reply(status, body, headers=headers)
     return json_reply(status, body, headers)
 
 
@@ -126,7 +128,7 @@ class EnvServer:
             return body
         session_id = request.cookies.get(SESSION_COOKIE) or request.headers.get(SESSION_HEADER)
         if path == "/verify":
-            status, reply = await self.service.verify(body, session_id)
+            status, reply = await self.service.verify(body, session_id, raw=await request.read())
             headers = {"Retry-After": "1"} if status == 503 else None
             return _json(status, reply, headers=headers)
         if path == "/seed_session":
