@@ -7,7 +7,10 @@ environment's scored example rows into ``n`` distinct ``/verify`` bodies:
 * mcqa: a random reasoning sentence and a random option letter in ``\\boxed{}``;
 * math: gold/answer pairs that need symbolic comparison (``k\\sqrt{m}`` vs ``\\sqrt{k^2 m}``,
   ``(x+a)(x+b)`` vs its expansion, fractions of polynomials), equal or off by one, drawn fresh
-  for every request (golds repeat as in a GRPO group, answers do not);
+  for every request (golds repeat as in a GRPO group, answers do not). All four forms are
+  inside the grammar of math's symbolic fast path (environments/math/symbolic.py), so they
+  measure it; ``math_forms="sympy"`` draws pairs only math-verify decides (a fractional power,
+  Euler's ``e``) instead;
 * instruction_following: responses generated from templates (paragraphs, sentences, bullets,
   titles, case, the row's keywords / end phrase / postscript), so some follow the row's
   instructions and some do not;
@@ -125,7 +128,6 @@ def _mark_one_string(value: Any, rng: random.Random) -> bool:
 
 def vary_generic(row: Row, rng: random.Random, structured: bool = False) -> None:
     nonce = f"{rng.getrandbits(48):x}"
-    changed = False
     for item in row["response"]["output"]:
         if item.get("type") == "function_call" and isinstance(item.get("arguments"), str):
             try:
@@ -134,7 +136,7 @@ def vary_generic(row: Row, rng: random.Random, structured: bool = False) -> None
                 continue
             if isinstance(args, dict):
                 args = _perturb_json(args, rng)
-                changed = _mark_one_string(args, rng) or changed
+                _mark_one_string(args, rng)
                 item["arguments"] = json.dumps(args)
     text = _text(row)
     if text:
@@ -156,9 +158,9 @@ def vary_generic(row: Row, rng: random.Random, structured: bool = False) -> None
             _set_text(row, text)
         else:
             _set_text(row, f"{_sentence(rng)} ({nonce})\n{text}")
-        changed = True
-    if not changed:  # nothing to vary in the response: a unique response id at least
-        row["response"]["id"] = f"resp_{nonce}"
+    # A unique response id always: a number-only JSON answer or a digit-free CSV text can come
+    # out of the perturbation unchanged (structured_outputs was 6% repeats without it).
+    row["response"]["id"] = f"resp_{nonce}"
 
 
 _SYMBOLIC: tuple[Callable[[random.Random], tuple[str, str]], ...] = (
@@ -170,11 +172,19 @@ _SYMBOLIC: tuple[Callable[[random.Random], tuple[str, str]], ...] = (
 )
 
 
-def math_bodies(template: Row, n: int, rng: random.Random, golds: int = 64) -> list[Row]:
-    """Rows whose (gold, answer) pairs need sympy; ``golds`` distinct golds, every answer fresh."""
+# Pairs outside the symbolic fast path's grammar (a fractional power, Euler's e): math-verify decides.
+_SYMPY_ONLY: tuple[Callable[[random.Random], tuple[str, str]], ...] = (
+    lambda r: (lambda k, m: (f"{k}\\sqrt{{{m}}}", f"({k * k * m})^{{1/2}}"))(r.randint(2, 30), r.choice((2, 3, 5, 6, 7))),
+    lambda r: (lambda a, b: (f"e^{{{a}}}e^{{{b}}}", f"e^{{{a + b}}}"))(r.randint(1, 40), r.randint(1, 40)),
+)
+
+
+def math_bodies(template: Row, n: int, rng: random.Random, golds: int = 64,
+                forms: tuple[Callable[[random.Random], tuple[str, str]], ...] = _SYMBOLIC) -> list[Row]:
+    """Rows whose (gold, answer) pairs need symbolic comparison; ``golds`` distinct golds, every answer fresh."""
     pool = []
     for _ in range(golds):
-        form = rng.choice(_SYMBOLIC)
+        form = rng.choice(forms)
         pool.append((form, *form(rng)))
     rows = []
     for _ in range(n):
@@ -196,12 +206,15 @@ VARIERS: dict[str, Callable[[Row, random.Random], None]] = {
 }
 
 
-def unique_bodies(name: str, rows: list[Row], n: int, seed: int = 0) -> tuple[list[bytes], float]:
-    """``n`` serialised ``/verify`` bodies, each response different; and the fraction that is unique."""
+def unique_bodies(name: str, rows: list[Row], n: int, seed: int = 0, *,
+                  math_forms: str = "symbolic") -> tuple[list[bytes], float]:
+    """``n`` serialised ``/verify`` bodies, each response different; and the fraction that is unique.
+    ``math_forms``: "symbolic" (pairs the symbolic fast path decides) or "sympy" (pairs only
+    math-verify decides)."""
     rng = random.Random(seed)
     clean = [{k: v for k, v in row.items() if k not in ("_expected", "_script")} for row in rows]
     if name == "math":
-        varied = math_bodies(clean[0], n, rng)
+        varied = math_bodies(clean[0], n, rng, forms=_SYMPY_ONLY if math_forms == "sympy" else _SYMBOLIC)
     else:
         vary = VARIERS.get(name, vary_generic)
         varied = []

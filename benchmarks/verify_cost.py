@@ -14,7 +14,9 @@ own cycles; a loaded machine still slows caches and clocks somewhat, so ``loadav
 ``req_per_s`` is the wall-clock figure and does depend on both.
 
 Traffic: ``unique`` = every request a different response (``benchmarks/unique_traffic.py``),
-``repeated`` = the environment's scored example rows cycled (what caches make cheap).
+``repeated`` = the environment's scored example rows cycled (what caches make cheap),
+``unique_sympy`` (math only) = unique pairs outside the symbolic fast path, which math-verify
+decides in the CPU pool (``--traffic unique,unique_sympy --envs math``).
 ``--pin`` pins this client to the last CPU and the server tree to the others (needs >= 2 CPUs).
 
 Prints ONE JSON object; ``targets_cpu_us`` are issue 17's (unique traffic, one worker).
@@ -79,8 +81,9 @@ async def measure(name: str, traffic: str, workers: int, args: argparse.Namespac
             if "judge" not in (row.get("_expected", {}).get("fields", {}).get("scored_by", ""),
                                row.get("_expected", {}).get("fields", {}).get("metric", ""))]
     warmup = min(args.requests, 2 * args.concurrency)
-    if traffic == "unique":
-        bodies, unique = unique_bodies(name, rows, warmup + args.requests, seed=args.seed)
+    if traffic in ("unique", "unique_sympy"):
+        bodies, unique = unique_bodies(name, rows, warmup + args.requests, seed=args.seed,
+                                       math_forms="sympy" if traffic == "unique_sympy" else "symbolic")
     else:
         bodies, unique = encode_bodies(rows), None
     (child,) = await spawn_servers([name], workers=workers, echo_output=False, overrides=args.overrides)
@@ -132,7 +135,8 @@ async def run_all(args: argparse.Namespace) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", default=",".join(RULE_BASED))
-    parser.add_argument("--traffic", default="unique,repeated", help="unique and/or repeated")
+    parser.add_argument("--traffic", default="unique,repeated",
+                        help="unique, repeated and/or unique_sympy (math: pairs only math-verify decides)")
     parser.add_argument("--workers", default="1", help="worker counts to run, e.g. 1,2")
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--windows", type=int, default=3, help="CPU is read per window; the median is reported")
