@@ -264,7 +264,8 @@ class WorkerGroup:
         """This worker's forwarding counters (part of its own /metrics text)."""
         return ("# HELP verigym_forwarded_total Session calls this worker passed to the worker owning the session.\n"
                 f'# TYPE verigym_forwarded_total counter\nverigym_forwarded_total{{env="{env}"}} {self.forwarded}\n'
-                "# HELP verigym_forward_errors_total Forwarded calls whose owner did not answer in time (503 + Retry-After).\n"
+                "# HELP verigym_forward_errors_total Forwarded calls whose owner did not answer in time "
+                "(503 + Retry-After).\n"
                 f"# TYPE verigym_forward_errors_total counter\n"
                 f'verigym_forward_errors_total{{env="{env}"}} {self.forward_errors}\n')
 
