@@ -3,13 +3,13 @@ conversations that teach it the multi-turn format.
 
     python -m blends.tiny_tools_data          # -> blends/data/tiny_tools.jsonl, tiny_tools_conversations.jsonl
 
-Each row asks for a product ``a*b`` (a in 10..99, b in 2..9): a 2-layer byte-level model cannot
-know 720 products by heart, so the way to score is the multi-turn one — call ``execute_python``
+Each row asks for a product ``a*b`` (a in 25..99, b in 4..9: always three digits, so every copy
+is from a fixed offset): a 2-layer byte-level model cannot know 450 products by heart, so the way to score is the multi-turn one — call ``execute_python``
 with ``print(a*b)`` (copying the operands from the prompt), read the sandbox's stdout in the tool
 response, copy it into ``\\boxed{}``. Rows are NeMo-Gym ``math_with_code`` rows (agent
 ``math_with_code_simple_agent``), graded by the ``math_python`` environment's real tool in its
-real sandbox. The tool definition is the environment's ``execute_python`` with a one-line
-description, so the whole conversation stays short (about 560 byte tokens).
+real sandbox. The tool definition is the environment's ``execute_python`` with no description,
+so the whole conversation stays short (about 560 byte tokens).
 
 The conversations file (``policy.warm_start.conversations``) holds one gold conversation per
 *train* row (the validation rows are the last ``VAL_ROWS``, never shown): the user turn, the
@@ -28,15 +28,15 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parent / "data"
 ROWS_FILE = DATA / "tiny_tools.jsonl"
 CONVERSATIONS_FILE = DATA / "tiny_tools_conversations.jsonl"
-NUM_ROWS = 512
+NUM_ROWS = 448
 VAL_ROWS = 64  # blends/tiny_tools.yaml: split.val_holdout
 AGENT = "math_with_code_simple_agent"  # environments/math_python: agent_names
-TOOLS = [{"type": "function", "name": "execute_python", "description": "Run Python code; returns its stdout.",
-          "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}]
+TOOLS = [{"type": "function", "name": "execute_python",
+          "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}}]
 
 
 def problems(n: int, seed: int) -> list[tuple[int, int]]:
-    pairs = [(a, b) for a in range(10, 100) for b in range(2, 10)]
+    pairs = [(a, b) for a in range(25, 100) for b in range(4, 10)]
     random.Random(seed).shuffle(pairs)
     return pairs[:n]
 
