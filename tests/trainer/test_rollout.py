@@ -168,3 +168,20 @@ def test_driver_rollout_command_with_given_urls(fleet, tmp_path, capsys):
     assert "answer_match" in printed and "rollouts/s" in printed
     summary = json.loads(out.with_name("cli_summary.json").read_text())
     assert summary["scored"] == 8 and summary["this_run"]["rollouts_per_s"] > 0
+
+
+async def test_verify_rollout_is_the_one_retry_path_and_ends_with_a_failure_class(fleet):
+    """The verify step every rollout ends with (session episodes inside run_episode, one-turn
+    episodes in the engine's reward actor): a scored answer is not retried; an unreachable server
+    is retried ``retries`` times and comes back as a failure class, never a reward."""
+    from trainer.agent_loop import verify_rollout
+    from trainer.responses import build_response, message_item
+
+    row = answer_rows(1)[0]
+    response = build_response([message_item(str(row["expected_answer"]))], create_params=row["responses_create_params"],
+                              model="tiny", input_tokens=1, output_tokens=1, incomplete=False)
+    async with EnvClient({**fleet.urls, "dead": "http://127.0.0.1:9"}, retries=0) as client:
+        reply, retried = await verify_rollout(client, "answer_match", row, response, retries=2)
+        assert reply["reward"] == 1.0 and "_ng_failure_class" not in reply and retried == 0
+        reply, retried = await verify_rollout(client, "dead", row, response, retries=2)
+    assert reply["_ng_failure_class"] == "connection_error" and reply["reward"] == 0.0 and retried == 2

@@ -134,7 +134,7 @@ def episode_sample(episode: Any, env: str, max_total_sequence_length: int) -> Sa
                   truncated=episode.truncated, reward=episode.reward if episode.verified and not failure else 0.0,
                   failure=str(failure) if failure else None, env=env, text=episode.text,
                   gen_mask=mask if 0 in mask else None, scored=episode.verified,
-                  response=None if episode.verified else episode.response)
+                  response=None if episode.verified else episode.response, verify_retries=episode.verify_retries)
 
 
 async def _rollouts(policy: Any, urls: dict[str, Any], jobs: list[tuple[dict[str, Any], bool]], params: Any, *,

@@ -51,6 +51,7 @@ class Sample:
     # A one-turn episode stopped before its verify step (trainer.grpo.episodes): the Responses-API
     # response the reward actor sends to /verify (or /compare); dropped once scored.
     response: dict[str, Any] | None = None
+    verify_retries: int = 0              # failure-classed /verify answers retried inside a session episode
 
 
 @dataclass

@@ -60,6 +60,7 @@ class RewardWorker:
         env = self.env_of(row)
         s.env = env
         if s.failure == PROMPT_TOO_LONG or s.scored:  # never generated, or a session rollout verified already
+            self.stats["retried"] += s.verify_retries
             if s.failure:
                 self._count_failure(s.failure)
             return
