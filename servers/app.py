@@ -36,6 +36,7 @@ from typing import Any, Awaitable, Callable, Coroutine
 import orjson
 from servers.environment import Environment
 from servers.http_server import HttpServer, Reply, Request, json_reply
+from servers.lazy_body import decode_unread_prompt
 from servers.service import EnvService, error
 from servers.wire import SESSION_COOKIE
 from servers.worker_group import WorkerGroup
@@ -123,7 +124,11 @@ class EnvServer:
         if self.service.draining:
             return _json(*error(503, "server is shutting down"), headers={"Retry-After": "1"})
 
-        body = await self._read_json(request)
+        body = None
+        if path == "/verify" and not self.env.reads_create_params:  # its prompt is only echoed: not built
+            body = decode_unread_prompt(await request.read())  # None: the full parse decides (and words errors)
+        if body is None:
+            body = await self._read_json(request)
         if isinstance(body, Reply):
             return body
         session_id = request.cookies.get(SESSION_COOKIE) or request.headers.get(SESSION_HEADER)

@@ -170,6 +170,9 @@ class Environment:
     uses_cpu_pool: ClassVar[bool] = False  # start a process pool for self.cpu(...)
     cpu_pool_preload: ClassVar[tuple[str, ...]] = ()  # modules each worker imports at start
     stateful: ClassVar[bool] = False  # has seed_session state / tools
+    # False: verify() never reads row.responses_create_params, so the HTTP server only checks
+    # its shape and leaves it unbuilt (an empty UnreadCreateParams; servers/lazy_body.py).
+    reads_create_params: ClassVar[bool] = True
     # NeMo-Gym agent names (a row's ``agent_ref.name``) this environment answers; published on
     # /info so data prep can route rows without importing environments.
     agent_names: ClassVar[tuple[str, ...]] = ()

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from servers.aggregate import aggregate_metrics
 from servers.cpu_pool import CpuPool, CpuTaskError, CpuTimeout, CpuWorkerCrashed
 from servers.environment import Environment, SessionError, ToolError, Verdict
+from servers.lazy_body import has_unread_prompt
 from servers.metrics import ServerMetrics
 from servers.sessions import SessionStore
 from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass, ResponseObject
@@ -145,6 +146,8 @@ class EnvService:
             spliced = splice_reply(raw, body, verdict)
             if spliced is not None:
                 return 200, spliced
+            if has_unread_prompt(body):  # decoded without its prompt (servers/lazy_body.py): now in full
+                body = orjson.loads(raw)
         return 200, build_reply(body, verdict)
 
     async def _run_verify(self, row: Any, response: ResponseObject, state: Any) -> Verdict:

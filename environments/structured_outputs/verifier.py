@@ -86,6 +86,7 @@ class StructuredOutputs(Environment):
     summary = "Parses JSON/YAML/XML/TOML/CSV text or a tool call's arguments and validates it against the row's JSON Schema."
     Row = StructuredOutputsRow
     Config = StructuredOutputsConfig
+    reads_create_params = False  # rows are 17-30 KB of prompt and tools only echoed back: not built
 
     async def verify(self, row: StructuredOutputsRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: StructuredOutputsConfig = self.config  # type: ignore[assignment]
