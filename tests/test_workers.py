@@ -52,6 +52,15 @@ async def _post(http: aiohttp.ClientSession, url: str, body: Any, session_id: st
         return r.status, await r.json()
 
 
+async def _one_session_per_worker(http: aiohttp.ClientSession, url: str, workers: int) -> dict[int, str]:
+    """Seed sessions until every worker owns one: {worker index: session id}."""
+    ids: dict[int, str] = {}
+    while len(ids) < workers:
+        _, reply = await _post(http, url + "/seed_session", {"responses_create_params": {"input": "q"}})
+        ids.setdefault(owner_of(reply["session_id"]), reply["session_id"])
+    return ids
+
+
 def test_pool_share_splits_the_cpu_pool_over_the_workers():
     assert pool_share(None, 2, 2) == 1 and pool_share(None, 1, 8) == 8 and pool_share(None, 8, 8) == 1
     assert pool_share(6, 4, 8) == 2 and pool_share(1, 4, 8) == 1  # at least one each, never N x cores
@@ -201,10 +210,7 @@ async def test_a_forward_to_a_stopped_owner_answers_503_with_a_failure_class_not
     stopped = None
     try:
         async with _fresh_connections() as http:
-            ids: dict[int, str] = {}
-            while len(ids) < 2:
-                _, reply = await _post(http, url + "/seed_session", {"responses_create_params": {"input": "q"}})
-                ids.setdefault(owner_of(reply["session_id"]), reply["session_id"])
+            ids = await _one_session_per_worker(http, url, 2)
             async with http.get(url + "/health") as r:
                 pids = {w["worker"]: w["pid"] for w in (await r.json())["workers"]}
         # Worker 1 stopped: its Unix socket still accepts (the kernel's backlog) but nothing answers.
@@ -241,10 +247,7 @@ async def test_a_killed_worker_is_restarted_and_the_other_keeps_its_sessions():
     url = child.url
     try:
         async with _fresh_connections() as http:
-            ids: dict[int, str] = {}
-            while len(ids) < 2:
-                _, reply = await _post(http, url + "/seed_session", {"responses_create_params": {"input": "q"}})
-                ids.setdefault(owner_of(reply["session_id"]), reply["session_id"])
+            ids = await _one_session_per_worker(http, url, 2)
             async with http.get(url + "/health") as r:
                 workers = (await r.json())["workers"]
             assert {w["pid"] for w in workers} <= set(_worker_pids(child.process.pid))  # the master's children
