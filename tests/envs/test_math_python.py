@@ -101,9 +101,20 @@ async def test_a_cell_that_ends_the_process_does_not_poison_later_cells(client, 
     await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
 
 
-def _uid_pids(uid: int) -> set[int]:
+def _uid_pids(uid: int | None) -> set[int]:
+    """Processes inside this test's sandboxes: those of the sandbox's uid (as root every sandbox runs
+    as a uid of its own) or, unprivileged (sandboxes run as the caller), everything bubblewrap started."""
     import psutil
-    return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid}
+    if uid is not None:
+        return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid}
+    pids: set[int] = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.name() == "bwrap":
+                pids |= {c.pid for c in p.children(recursive=True)}
+        except psutil.NoSuchProcess:
+            continue
+    return pids
 
 
 async def test_one_persistent_kernel_per_session(client):
