@@ -288,6 +288,7 @@ class ProcessBackend(SandboxBackend):
         uid = lease.uid if lease else None
         state_dir = self.root_dir / f"sbx-{uuid.uuid4().hex[:12]}"
         work = state_dir / "work"
+        tmpfs = False
         try:
             work.mkdir(parents=True, mode=0o700)
             if uid is not None:
@@ -303,7 +304,8 @@ class ProcessBackend(SandboxBackend):
             if spec.files:
                 hostfs.write_files(work, spec.files, uid, spec.workdir)
         except BaseException:
-            hostfs.umount(work)
+            if tmpfs:  # unmounting what was never mounted fails unprivileged and would hide the real error
+                hostfs.umount(work)
             shutil.rmtree(state_dir, ignore_errors=True)
             if lease:
                 lease.release()
