@@ -6,6 +6,7 @@ import pytest
 
 from servers import registry
 from servers.wire import response_from_text
+from tests.sandbox_processes import sandbox_pids
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "What is 2^10 + 1?"}]},
        "expected_result": "1025", "expected_code_contains": ""}
@@ -101,22 +102,6 @@ async def test_a_cell_that_ends_the_process_does_not_poison_later_cells(client, 
     await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
 
 
-def _uid_pids(uid: int | None) -> set[int]:
-    """Processes inside this test's sandboxes: those of the sandbox's uid (as root every sandbox runs
-    as a uid of its own) or, unprivileged (sandboxes run as the caller), everything bubblewrap started."""
-    import psutil
-    if uid is not None:
-        return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid}
-    pids: set[int] = set()
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.name() == "bwrap":
-                pids |= {c.pid for c in p.children(recursive=True)}
-        except psutil.NoSuchProcess:
-            continue
-    return pids
-
-
 async def test_one_persistent_kernel_per_session(client):
     # Not replay: a cell runs once, so its side effects (a counter, the clock) are not repeated.
     c, env = client
@@ -129,9 +114,9 @@ async def test_one_persistent_kernel_per_session(client):
     _, out = await c.call_tool(session, "execute_python", {"code": "input()"})  # no stdin to steal requests from
     assert out["success"] is False and "EOFError" in out["stderr"]
     uid = next(iter(env.backend._live)).uid
-    assert len(_uid_pids(uid)) >= 2  # the kernel (and its waiting pid 1) is up between calls
+    assert len(sandbox_pids(uid)) >= 2  # the kernel (and its waiting pid 1) is up between calls
     await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
-    assert not _uid_pids(uid)  # session close killed the kernel: nothing leaks
+    assert not sandbox_pids(uid)  # session close killed the kernel: nothing leaks
 
 
 async def test_killed_kernel_is_replaced_and_state_replayed(client):
@@ -139,12 +124,12 @@ async def test_killed_kernel_is_replaced_and_state_replayed(client):
     session = await c.seed_session("math_python", ROW)
     await c.call_tool(session, "execute_python", {"code": "kept = 7"})
     uid = next(iter(env.backend._live)).uid
-    before = _uid_pids(uid)
+    before = sandbox_pids(uid)
     _, out = await c.call_tool(session, "execute_python", {"code": "print('partial', flush=True)\nwhile True: pass"})
     assert out["timed_out"] is True and "kept" in out["error"] and out["stdout"] == "partial\n"
     _, out = await c.call_tool(session, "execute_python", {"code": "print(kept)"})
     assert out["stdout"] == "7\n"  # earlier state replayed into the new kernel
-    assert not (before & _uid_pids(uid))  # the old kernel's processes are gone, new ones run
+    assert not (before & sandbox_pids(uid))  # the old kernel's processes are gone, new ones run
     await c.verify("math_python", ROW, response_from_text("\\boxed{1025}"), session=session)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from servers.client import EnvClientError
 from servers.wire import response_from_text
+from tests.sandbox_processes import sandbox_pids
 
 TASK = {"responses_create_params": {"input": [{"role": "user", "content": "Sum the numbers in nums.txt into total.txt"}]},
         "setup_files": {"nums.txt": "3\n4\n5\n"}, "setup_commands": ["mkdir -p sub && echo hi > sub/f"],
@@ -140,11 +141,6 @@ async def test_commands_the_shell_cannot_take_are_rejected_as_arguments(client):
     await c.verify("terminal", TASK, DONE, session=session)
 
 
-def _uid_pids(uid: int) -> set[int]:
-    import psutil
-    return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid}
-
-
 async def test_one_shell_per_session_keeps_cwd_variables_and_jobs(client):
     c, env = client
     session = await c.seed_session("terminal", TASK)
@@ -163,10 +159,10 @@ async def test_one_shell_per_session_keeps_cwd_variables_and_jobs(client):
     _, out = await c.call_tool(session, "exec", {"command": "pwd; echo \"[$LEVEL]\""})
     assert out["stdout"] == "/workspace\n[]\n"
     uid = next(iter(env.backend._live)).uid
-    assert _uid_pids(uid)
+    assert sandbox_pids(uid)
     reply = await c.verify("terminal", TASK, DONE, session=session)
     assert reply["reward"] == 0.0
-    assert not _uid_pids(uid)  # the shell and its background sleep died with the session
+    assert not sandbox_pids(uid)  # the shell and its background sleep died with the session
 
 
 async def test_timeout_and_flood_restart_the_shell(client):

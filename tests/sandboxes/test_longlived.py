@@ -7,14 +7,11 @@ import psutil
 import pytest
 
 from sandboxes import Limits, SandboxSpec
+from tests.sandbox_processes import sandbox_pids
 
 pytestmark = pytest.mark.bwrap
 
 SHELL_LOOP = 'while IFS= read -r line; do eval "$line"; echo "@@END $?"; echo "@@END" >&2; done'
-
-
-def _uid_pids(uid: int) -> set[int]:
-    return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid}
 
 
 async def test_state_persists_between_requests(sandbox):
@@ -56,15 +53,15 @@ async def test_processes_are_killed_by_reset_and_destroy(process_backend):
     b = await sb.start_process(["/bin/sh", "-c", SHELL_LOOP])
     await b.write_stdin(b"echo ready\n")
     assert (await b.read_until(b"@@END 0\n", timeout=10)).found
-    assert len(_uid_pids(sb.uid)) >= 4
+    assert len(sandbox_pids(sb.uid)) >= 4
     await sb.reset()
-    assert a.returncode is not None and b.returncode is not None and not _uid_pids(sb.uid)
+    assert a.returncode is not None and b.returncode is not None and not sandbox_pids(sb.uid)
     c = await sb.start_process(["/bin/sh", "-c", "sleep 100"])
     await c.write_stdin(b"")
     launcher_pid = c._launched.proc.pid
     uid = sb.uid
     await sb.destroy()
-    assert c.returncode is not None and not _uid_pids(uid)
+    assert c.returncode is not None and not sandbox_pids(uid)
     assert not psutil.pid_exists(launcher_pid)  # reaped, not a zombie
 
 

@@ -9,16 +9,13 @@ import pytest
 
 from sandboxes import Limits, ResourceVerdict, SandboxSpec, open_backend
 from sandboxes.pool import SandboxPool
+from tests.sandbox_processes import sandbox_pids
 
 pytestmark = pytest.mark.bwrap
 
 
-def _uid_pids(uid: int) -> set[int]:
-    return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid}
-
-
 async def _assert_only_zygote(sb) -> None:
-    assert _uid_pids(sb.uid) == {sb._zygote.host_pid}
+    assert sandbox_pids(sb.uid) == {sb._zygote.host_pid}
 
 
 async def test_runs_like_python(sandbox):
@@ -114,7 +111,7 @@ async def test_scheduling_tampering_replaces_the_zygote_at_reset(sandbox):
     assert r.ok, r
     before = sandbox._zygote.host_pid
     await sandbox.reset()
-    assert sandbox._zygote is None and sandbox.uid is not None and not _uid_pids(sandbox.uid)
+    assert sandbox._zygote is None and sandbox.uid is not None and not sandbox_pids(sandbox.uid)
     r = await sandbox.exec_python(code="import os\nprint(os.getpriority(os.PRIO_PROCESS, 1))")
     assert r.stdout == b"0\n" and sandbox._zygote.host_pid != before
 
@@ -131,7 +128,7 @@ async def test_pool_reuse_and_destroy_leave_nothing(process_backend):
         r = await sb.exec_python(code="import os\nprint(sorted(os.listdir('.')))\nopen('w.txt', 'w')")
         assert r.ok and r.stdout == b"['given.txt']\n", r
     await pool.close()
-    assert not _uid_pids(first.uid)
+    assert not sandbox_pids(first.uid)
 
 
 async def test_destroy_kills_the_zygote(process_backend):
@@ -140,7 +137,7 @@ async def test_destroy_kills_the_zygote(process_backend):
     zpid, uid = sb._zygote.host_pid, sb.uid
     assert psutil.pid_exists(zpid)
     await sb.destroy()
-    assert not _uid_pids(uid) and not psutil.pid_exists(zpid)
+    assert not sandbox_pids(uid) and not psutil.pid_exists(zpid)
 
 
 async def test_without_zygote_same_results():
