@@ -85,28 +85,40 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
     adv = compute_advantages(rewards, gid, valid=valid, leave_one_out=g.use_leave_one_out_baseline,
                              normalize=g.normalize_rewards, clip_low=g.advantage_clip_low, clip_high=g.advantage_clip_high)
 
+    # Samples whose loss terms are all zero are not run through the model: masked ones, and, without a
+    # KL term, those with advantage 0 (a group whose rewards are all equal): -A*ratio is 0 whatever the
+    # ratio. The loss keeps its global normalisers, so the gradient is the full batch's exactly; only
+    # the work shrinks (most groups of a policy that mostly solves or mostly fails its prompts).
+    inert = ~sample_mask if lc.reference_policy_kl_penalty > 0 else ~sample_mask | (adv == 0)
     stats = StepStats()
-    ent_sum, losses, grad_norms = 0.0, [], []
+    ent_sum, ent_tok, losses, grad_norms, skipped = 0.0, 0.0, [], [], 0
+    params = [p for p in model.parameters() if p.requires_grad]
     gbs = cfg.global_batch_size * B // cfg.rollout_batch_size  # in samples of this batch
     for gs in range(0, B, gbs):
         ge = gs + gbs
         m = token_mask[gs:ge] * sample_mask[gs:ge, None].float()
         toks, seqs = float(m.sum()), float(sample_mask[gs:ge].sum())
+        live = [i for i in range(gs, ge) if not inert[i]]
+        skipped += (ge - gs) - len(live)
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for i in range(gs, ge, mb):
-            j = min(i + mb, ge)
-            lp, ent = forward_logprobs(model, samples[i:j], temp, pad_id, with_entropy=True)
+        for k in range(0, len(live), mb):
+            rows = torch.tensor(live[k:k + mb])
+            lp, ent = forward_logprobs(model, [samples[i] for i in rows.tolist()], temp, pad_id, with_entropy=True)
             t, dev = lp.shape[1], lp.device  # the loss runs where the model is (one GPU, or CPU)
-            x = LossInputs(lp=lp, lp_old=lp_old[i:j, :t].to(dev), lp_gen=lp_gen[i:j, :t].to(dev),
-                           advantages=adv[i:j].to(dev), token_mask=token_mask[i:j, :t].to(dev),
-                           sample_mask=sample_mask[i:j].float().to(dev),
-                           lp_ref=None if lp_ref is None else lp_ref[i:j, :t].to(dev))
+            x = LossInputs(lp=lp, lp_old=lp_old[rows, :t].to(dev), lp_gen=lp_gen[rows, :t].to(dev),
+                           advantages=adv[rows].to(dev), token_mask=token_mask[rows, :t].to(dev),
+                           sample_mask=sample_mask[rows].float().to(dev),
+                           lp_ref=None if lp_ref is None else lp_ref[rows, :t].to(dev))
             loss, st = clipped_pg_loss(x, lc, toks, seqs)
             loss.backward()
             total += float(loss.detach())
             stats.add(st)
             ent_sum += float((ent.detach() * x.token_mask).sum())
+            ent_tok += float(x.token_mask.sum())
+        if not live:  # what the full batch gives: zero gradients, not none, so the optimizer still steps
+            for p in params:  # (momentum, Adam's step count) exactly as before
+                p.grad = torch.zeros_like(p)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), pc.max_grad_norm or float("inf"))
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
@@ -131,7 +143,8 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
         "train/zero_variance_groups_frac": zero_variance_fraction(rewards, gid.tolist()),
         "train/advantages/mean": float(adv.mean()), "train/advantages/min": float(adv.min()),
         "train/advantages/max": float(adv.max()), "train/advantages/abs_mean": float(adv.abs().mean()),
-        "train/entropy": ent_sum / max(n_tok, 1.0),
+        "train/entropy": ent_sum / max(ent_tok, 1.0),  # over the tokens run through the model
+        "train/skipped_inert_frac": skipped / B,  # samples with no loss term (masked, or advantage 0 without KL)
         "train/masked_frac": float(1 - sample_mask.float().mean()),
         "train/failed_frac": float(failed.float().mean()),
         "train/num_masked_seqs_by_logprob_error": masked_by_lp_error,
