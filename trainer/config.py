@@ -121,6 +121,12 @@ class WarmStartConfig(_Section):  # verigym: supervised warm start on gold answe
     # stop early once the mean loss of the last 10 batches is <= this: a partial warm start that
     # ends at the same point for every seed, leaving the rest of the task for RL (None = all steps)
     target_loss: float | None = Field(None, gt=0)
+    # or once the mean exact-match accuracy of the last 10 batches is >= this: the share of examples
+    # whose every target token is the model's argmax (teacher-forced, before the batch's update), which
+    # is exactly the share a greedy decode would reproduce. Loss mixes confidence with correctness, so
+    # seeds stopped at one loss start RL from very different accuracies; one accuracy is one starting
+    # point. Both set: whichever is reached first. None = not used.
+    target_accuracy: float | None = Field(None, gt=0, le=1)
     batch_size: int = Field(32, ge=1)
     lr: float = 3e-3
     # The answer format the blend's environments parse, ``{answer}`` marking the gold answer (the tiny

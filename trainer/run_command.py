@@ -96,9 +96,7 @@ def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:
         f"mode: {mode}",
         f"ray: {cfg.cluster.ray_address or 'local (started by the driver)'}; generators: {cfg.cluster.num_generation_workers}; "
         f"weight transport: {cfg.cluster.weight_transport}",
-        (f"warm start: up to {cfg.policy.warm_start.num_steps} supervised steps"
-         + (f", stopping at loss <= {cfg.policy.warm_start.target_loss:g}" if cfg.policy.warm_start.target_loss else ""))
-        if cfg.policy.warm_start.enabled else "warm start: off",
+        _warm_start_plan(cfg.policy.warm_start) if cfg.policy.warm_start.enabled else "warm start: off",
         f"outputs: {cfg.logger.log_dir}",
     ])
 
@@ -227,3 +225,9 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("reward_curve"):
         lines.append(f"  reward curve: {s['reward_curve']}")
     return "\n".join(lines)
+
+
+def _warm_start_plan(ws: Any) -> str:
+    stops = ([f"loss <= {ws.target_loss:g}"] if ws.target_loss else []) + \
+            ([f"exact-match accuracy >= {ws.target_accuracy:g}"] if ws.target_accuracy else [])
+    return f"warm start: up to {ws.num_steps} supervised steps" + (f", stopping at {' or '.join(stops)}" if stops else "")

@@ -125,7 +125,8 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             ws = actors.get(comps.trainer.warm_start.remote(train_rows), max(to, 600), "trainer.warm_start")
             logger.log(ws, 0)
             print(f"warm start: {ws.get('warm_start/steps')} steps, loss {ws.get('warm_start/first_loss', 0):.3f} -> "
-                  f"{ws.get('warm_start/final_loss', 0):.3f}", flush=True)
+                  f"{ws.get('warm_start/final_loss', 0):.3f}, exact-match accuracy "
+                  f"{ws.get('warm_start/final_accuracy', 0):.2f}", flush=True)
         _push_weights(comps, start, to)
         for gen in comps.generators:
             actors.get(gen.start.remote(), to, "generator.start")

@@ -2,8 +2,8 @@
 
 A randomly initialised tiny policy would almost never produce a parseable ``\\boxed{}`` answer, so
 GRPO would see zero-variance groups only. A short warm start (config ``policy.warm_start``) teaches
-the format and a little arithmetic (``target_loss`` stops it at the same partial point for every
-seed); RL then has signal to climb from (the run reports step-0
+the format and part of the task (``target_accuracy`` / ``target_loss`` stop it at the same partial
+point for every seed); RL then has signal to climb from (the run reports step-0
 validation reward *after* the warm start, so all improvement it reports is RL's).
 
 With ``conversations`` (a JSONL file of gold chat conversations) it teaches a multi-turn format
@@ -92,7 +92,7 @@ def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStar
         if not examples or cfg.num_steps == 0:
             return {"warm_start/steps": 0, "warm_start/examples": len(examples)}
         return train_masked(policy, examples, num_steps=cfg.num_steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                            target_loss=cfg.target_loss, seed=seed, t0=t0)
+                            target_loss=cfg.target_loss, target_accuracy=cfg.target_accuracy, seed=seed, t0=t0)
     end_id = policy.tokenizer.convert_tokens_to_ids(IM_END)
     pairs = []
     for r in rows:
@@ -102,21 +102,32 @@ def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStar
     if not pairs or cfg.num_steps == 0:
         return {"warm_start/steps": 0, "warm_start/examples": len(pairs)}
     return train_supervised(policy, pairs, num_steps=cfg.num_steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                            target_loss=cfg.target_loss, seed=seed, t0=t0)
+                            target_loss=cfg.target_loss, target_accuracy=cfg.target_accuracy, seed=seed, t0=t0)
 
 
 def train_supervised(policy: Any, pairs: list[tuple[list[int], list[int]]], *, num_steps: int, batch_size: int,
-                     lr: float, target_loss: float | None = None, seed: int = 0, t0: float | None = None) -> dict[str, Any]:
+                     lr: float, target_loss: float | None = None, target_accuracy: float | None = None, seed: int = 0,
+                     t0: float | None = None) -> dict[str, Any]:
     """Next-token cross-entropy on ``(prompt ids, target ids)`` pairs, loss on the targets only
     (also the DPO demo's warm start on tool calls, trainer/dpo/synthetic_tools.py)."""
     examples = [(p + a, [0] * len(p) + [1] * len(a)) for p, a in pairs]
     return train_masked(policy, examples, num_steps=num_steps, batch_size=batch_size, lr=lr, target_loss=target_loss,
-                        seed=seed, t0=t0)
+                        target_accuracy=target_accuracy, seed=seed, t0=t0)
+
+
+def exact_match(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per example: 1.0 when every labelled next token is the argmax of the (teacher-forced) logits.
+    ``logits`` [B, T, V] and ``labels`` [B, T] are already shifted (position t predicts labels[t]);
+    -100 labels are ignored. All targets argmax <=> a greedy decode reproduces the target exactly."""
+    hit = (logits.argmax(-1) == labels) | (labels == -100)
+    return hit.all(-1).float()
 
 
 def train_masked(policy: Any, examples: list[tuple[list[int], list[int]]], *, num_steps: int, batch_size: int,
-                 lr: float, target_loss: float | None = None, seed: int = 0, t0: float | None = None) -> dict[str, Any]:
-    """Next-token cross-entropy on ``(token ids, loss mask)`` examples, loss where the mask is 1."""
+                 lr: float, target_loss: float | None = None, target_accuracy: float | None = None, seed: int = 0,
+                 t0: float | None = None) -> dict[str, Any]:
+    """Next-token cross-entropy on ``(token ids, loss mask)`` examples, loss where the mask is 1; stops
+    early at ``target_loss`` or ``target_accuracy`` (means of the last 10 batches)."""
     t0 = time.perf_counter() if t0 is None else t0
     rng = random.Random(seed)
     model = policy.model
@@ -124,8 +135,10 @@ def train_masked(policy: Any, examples: list[tuple[list[int], list[int]]], *, nu
     pad = policy.tokenizer.pad_token_id
     model.train()
     losses: list[float] = []
+    accuracies: list[float] = []
     for _ in range(num_steps):
-        if target_loss is not None and len(losses) >= 10 and sum(losses[-10:]) / 10 <= target_loss:
+        if len(losses) >= 10 and ((target_loss is not None and sum(losses[-10:]) / 10 <= target_loss)
+                                  or (target_accuracy is not None and sum(accuracies[-10:]) / 10 >= target_accuracy)):
             break
         batch = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
         width = max(len(s) for s, _ in batch)
@@ -141,10 +154,13 @@ def train_masked(policy: Any, examples: list[tuple[list[int], list[int]]], *, nu
         ids, labels, att = ids.to(device), labels.to(device), att.to(device)
         logits = model(input_ids=ids, attention_mask=att).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+        accuracies.append(float(exact_match(logits[:, :-1].detach(), labels[:, 1:]).mean()))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
     model.eval()
     return {"warm_start/steps": len(losses), "warm_start/examples": len(examples), "warm_start/first_loss": losses[0],
-            "warm_start/final_loss": sum(losses[-10:]) / len(losses[-10:]), "warm_start/seconds": time.perf_counter() - t0}
+            "warm_start/final_loss": sum(losses[-10:]) / len(losses[-10:]),
+            "warm_start/final_accuracy": sum(accuracies[-10:]) / len(accuracies[-10:]),
+            "warm_start/seconds": time.perf_counter() - t0}

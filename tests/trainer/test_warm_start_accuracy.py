@@ -1,0 +1,40 @@
+"""policy.warm_start.target_accuracy: the warm start stops at a share of examples reproduced exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer.config import ConfigError, load_config
+from trainer.grpo.decode import load_policy
+from trainer.grpo.warm_start import exact_match, train_supervised
+
+
+def test_exact_match_needs_every_labelled_token_to_be_the_argmax():
+    logits = torch.full((3, 3, 5), -1.0)
+    for b, row in enumerate([[0, 2, 3], [0, 2, 4], [1, 1, 1]]):
+        for t, tok in enumerate(row):
+            logits[b, t, tok] = 1.0
+    labels = torch.tensor([[-100, 2, 3], [-100, 2, 3], [-100, -100, 1]])
+    assert exact_match(logits, labels).tolist() == [1.0, 0.0, 1.0]
+
+
+def test_the_warm_start_stops_once_the_target_accuracy_is_reached():
+    policy = load_policy(load_config("tiny"), 1)
+    pairs = [(policy.encode(f"{a}?"), policy.encode(f"{a % 3}.")) for a in range(12)]
+    out = train_supervised(policy, pairs, num_steps=400, batch_size=8, lr=3e-3, target_accuracy=0.6, seed=0)
+    assert out["warm_start/steps"] < 400
+    assert out["warm_start/final_accuracy"] >= 0.6
+    # and what it measured holds for a greedy decode: most targets come back exactly
+    from trainer.generation import SamplingParams, decode_batch
+
+    got = decode_batch(policy, [p for p, _ in pairs], [SamplingParams(temperature=0.0, max_new_tokens=2)] * len(pairs),
+                       rng=policy.make_rng(0))
+    exact = sum(g.token_ids == a for g, (_, a) in zip(got, pairs)) / len(pairs)
+    assert exact >= 0.4
+
+
+@pytest.mark.parametrize("value", ["0", "1.5"])
+def test_a_target_accuracy_outside_0_1_is_refused(value):
+    with pytest.raises(ConfigError, match="target_accuracy"):
+        load_config("tiny", [f"policy.warm_start.target_accuracy={value}"])
