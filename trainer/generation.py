@@ -12,7 +12,8 @@ temperature). Greedy decoding (temperature 0) records logprobs at temperature 1.
 
 Batching: left padding + attention mask + explicit position ids + a KV cache; per-row
 temperature / top_p / max_new_tokens / stop strings, so rows of different environments
-share a batch. :class:`BatchedGenerator` gathers concurrent async requests into batches
+share a batch. Rows with identical prompts (a GRPO group) share one prefill: the prompt runs
+once and its cache is indexed out to the rows (``reorder_cache``) before the first token is sampled. :class:`BatchedGenerator` gathers concurrent async requests into batches
 run on one worker thread, so the event loop keeps scoring while the CPU decodes.
 """
 
@@ -27,6 +28,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from trainer.kv_cache import cache_of, with_cache
 from trainer.policy import Policy
 
 OnStep = Callable[[int], None]
@@ -122,10 +124,13 @@ def decode_batch(policy: Policy, prompts: list[list[int]], params: list[Sampling
             on_step(step)
         with policy.weights_lock:
             version = policy.version
-            result = model(input_ids=step_input, attention_mask=mask, position_ids=step_pos,
-                           past_key_values=cache, use_cache=True)
-        cache = result.past_key_values
-        tokens, logps = _sample(result.logits[:, -1, :], temperature, top_p, rng)
+            if cache is None:
+                logits, cache = _prefill(model, prompts, step_input, mask, step_pos)
+            else:
+                result = model(input_ids=step_input, attention_mask=mask, position_ids=step_pos, use_cache=True,
+                               **with_cache(model, cache))
+                logits, cache = result.logits[:, -1, :], cache_of(result)
+        tokens, logps = _sample(logits, temperature, top_p, rng)
         tokens_l, logps_l = tokens.tolist(), logps.tolist()
         for i in range(batch):
             if not active[i]:
@@ -149,6 +154,27 @@ def decode_batch(policy: Policy, prompts: list[list[int]], params: list[Sampling
     for g in out:
         g.text = tok.decode(g.token_ids, skip_special_tokens=True)
     return out
+
+
+def _prefill(model: Any, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor
+             ) -> tuple[torch.Tensor, Any]:
+    """Last-position logits ``[B, V]`` and the KV cache of the left-padded prompts, running each
+    distinct prompt once (identical prompts have identical padded rows)."""
+    index: dict[tuple[int, ...], int] = {}
+    owner = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    if len(index) == len(prompts):
+        result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        return result.logits[:, -1, :], cache_of(result)
+    first: dict[int, int] = {}
+    for i, u in enumerate(owner):
+        first.setdefault(u, i)
+    distinct = torch.tensor([first[u] for u in range(len(index))], device=ids.device)  # a row per distinct prompt
+    result = model(input_ids=ids[distinct], attention_mask=mask[distinct], position_ids=positions[distinct],
+                   use_cache=True)
+    rows = torch.tensor(owner, device=ids.device)
+    cache = cache_of(result)
+    cache.reorder_cache(rows)
+    return result.logits[:, -1, :].index_select(0, rows), cache
 
 
 def compute_logprobs(model: Any, prompt_ids: list[list[int]] | list[int], gen_ids: list[list[int]] | list[int], *,
