@@ -7,7 +7,7 @@ import torch
 
 from trainer.config import ConfigError, load_config
 from trainer.grpo.decode import load_policy
-from trainer.grpo.warm_start import exact_match, train_supervised
+from trainer.grpo.warm_start import SupervisedLoop, exact_match, train_supervised
 
 
 def test_exact_match_needs_every_labelled_token_to_be_the_argmax():
@@ -38,3 +38,26 @@ def test_the_warm_start_stops_once_the_target_accuracy_is_reached():
 def test_a_target_accuracy_outside_0_1_is_refused(value):
     with pytest.raises(ConfigError, match="target_accuracy"):
         load_config("tiny", [f"policy.warm_start.target_accuracy={value}"])
+
+
+def test_the_warm_start_in_pieces_is_the_warm_start_in_one_go():
+    """The driver runs the warm start a few seconds per trainer call (progress bar, bounded calls):
+    one step per piece must give the same steps, losses and weights as one call."""
+    def pairs_of(policy):
+        return [(policy.encode(f"{a}?"), policy.encode(f"{a % 3}.")) for a in range(12)]
+
+    whole = load_policy(load_config("tiny"), 1)
+    out = train_supervised(whole, pairs_of(whole), num_steps=25, batch_size=4, lr=3e-3, seed=3)
+    pieces = load_policy(load_config("tiny"), 1)
+    examples = [(p + a, [0] * len(p) + [1] * len(a)) for p, a in pairs_of(pieces)]
+    loop = SupervisedLoop(pieces, examples, num_steps=25, batch_size=4, lr=3e-3, seed=3)
+    calls = 0
+    while not loop.done:
+        loop.run(max_seconds=0.0)  # at least one step per call
+        calls += 1
+    assert calls == 25 and loop.progress()["steps"] == 25
+    summary = loop.summary()
+    assert summary["warm_start/first_loss"] == out["warm_start/first_loss"]
+    assert summary["warm_start/final_loss"] == out["warm_start/final_loss"]
+    for a, b in zip(whole.model.parameters(), pieces.model.parameters()):
+        assert torch.equal(a, b)

@@ -34,6 +34,23 @@ class RunResult:
     weights_digest: float = 0.0
 
 
+def _warm_start(cfg: MasterConfig, comps: actors.Components, train_rows: list[dict[str, Any]], to: float) -> dict[str, Any]:
+    """The warm start on the trainer actor, a few seconds per call: a progress bar with its loss and
+    exact-match accuracy, Ctrl-C within seconds, and every call bounded by the control timeout
+    however many steps the warm start takes."""
+    from tqdm import tqdm
+
+    state = actors.get(comps.trainer.warm_start_begin.remote(train_rows), to, "trainer.warm_start_begin")
+    with tqdm(total=state["num_steps"], desc="warm start", unit="step", disable=not cfg.logger.progress_bar,
+              dynamic_ncols=True) as bar:
+        while "summary" not in state:
+            state = actors.get(comps.trainer.warm_start_run.remote(min(5.0, to / 2)), to, "trainer.warm_start_run")
+            bar.update(state["steps"] - bar.n)
+            if state["loss"] is not None:
+                bar.set_postfix(loss=f"{state['loss']:.3f}", acc=f"{state['accuracy']:.2f}", refresh=False)
+    return state["summary"]
+
+
 def _progress(total: int, initial: int, enabled: bool) -> Any:
     from tqdm import tqdm
 
@@ -122,7 +139,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             print(f"resumed from {path} at step {start} ({len(state['buffer']['consumed'])} prompts consumed, "
                   f"{len(state['buffer']['in_flight_prompts'])} in flight re-queued)", flush=True)
         elif cfg.policy.warm_start.enabled:
-            ws = actors.get(comps.trainer.warm_start.remote(train_rows), max(to, 600), "trainer.warm_start")
+            ws = _warm_start(cfg, comps, train_rows, to)
             logger.log(ws, 0)
             print(f"warm start: {ws.get('warm_start/steps')} steps, loss {ws.get('warm_start/first_loss', 0):.3f} -> "
                   f"{ws.get('warm_start/final_loss', 0):.3f}, exact-match accuracy "

@@ -78,10 +78,11 @@ def load_conversations(path: str) -> list[dict[str, Any]]:
     return out
 
 
-def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStartConfig, seed: int = 0) -> dict[str, Any]:
+def warm_start_examples(policy: Any, rows: list[dict[str, Any]], cfg: WarmStartConfig) -> list[tuple[list[int], list[int]]]:
+    """The warm start's ``(token ids, loss mask)`` examples: the gold conversations of
+    ``cfg.conversations`` when set, else each row's prompt with its gold answer (``answer_template``)."""
     from trainer.policy import IM_END
 
-    t0 = time.perf_counter()
     if cfg.conversations:
         examples = []
         for n, conversation in enumerate(load_conversations(cfg.conversations), 1):
@@ -89,20 +90,29 @@ def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStar
                 examples.append(conversation_tokens(policy, conversation))
             except (ValueError, AttributeError, TypeError) as exc:
                 raise ValueError(f"{cfg.conversations}:{n}: {exc}") from None
-        if not examples or cfg.num_steps == 0:
-            return {"warm_start/steps": 0, "warm_start/examples": len(examples)}
-        return train_masked(policy, examples, num_steps=cfg.num_steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                            target_loss=cfg.target_loss, target_accuracy=cfg.target_accuracy, seed=seed, t0=t0)
+        return examples
     end_id = policy.tokenizer.convert_tokens_to_ids(IM_END)
-    pairs = []
+    examples = []
     for r in rows:
         ans = gold_answer(r)
         if ans is not None:
-            pairs.append((prompt_ids_for(policy, r), policy.encode(cfg.answer_template.format(answer=ans)) + [end_id]))
-    if not pairs or cfg.num_steps == 0:
-        return {"warm_start/steps": 0, "warm_start/examples": len(pairs)}
-    return train_supervised(policy, pairs, num_steps=cfg.num_steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                            target_loss=cfg.target_loss, target_accuracy=cfg.target_accuracy, seed=seed, t0=t0)
+            prompt, answer = prompt_ids_for(policy, r), policy.encode(cfg.answer_template.format(answer=ans)) + [end_id]
+            examples.append((prompt + answer, [0] * len(prompt) + [1] * len(answer)))
+    return examples
+
+
+def warm_start_loop(policy: Any, rows: list[dict[str, Any]], cfg: WarmStartConfig, seed: int = 0) -> "SupervisedLoop":
+    """The configured warm start, ready to run (``SupervisedLoop.run``) in as many pieces as the caller likes."""
+    t0 = time.perf_counter()
+    return SupervisedLoop(policy, warm_start_examples(policy, rows, cfg), num_steps=cfg.num_steps,
+                          batch_size=cfg.batch_size, lr=cfg.lr, target_loss=cfg.target_loss,
+                          target_accuracy=cfg.target_accuracy, seed=seed, t0=t0)
+
+
+def supervised_warm_start(policy: Any, rows: list[dict[str, Any]], cfg: WarmStartConfig, seed: int = 0) -> dict[str, Any]:
+    loop = warm_start_loop(policy, rows, cfg, seed)
+    loop.run()
+    return loop.summary()
 
 
 def train_supervised(policy: Any, pairs: list[tuple[list[int], list[int]]], *, num_steps: int, batch_size: int,
@@ -126,21 +136,58 @@ def exact_match(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def train_masked(policy: Any, examples: list[tuple[list[int], list[int]]], *, num_steps: int, batch_size: int,
                  lr: float, target_loss: float | None = None, target_accuracy: float | None = None, seed: int = 0,
                  t0: float | None = None) -> dict[str, Any]:
-    """Next-token cross-entropy on ``(token ids, loss mask)`` examples, loss where the mask is 1; stops
-    early at ``target_loss`` or ``target_accuracy`` (means of the last 10 batches)."""
-    t0 = time.perf_counter() if t0 is None else t0
-    rng = random.Random(seed)
-    model = policy.model
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    pad = policy.tokenizer.pad_token_id
-    model.train()
-    losses: list[float] = []
-    accuracies: list[float] = []
-    for _ in range(num_steps):
-        if len(losses) >= 10 and ((target_loss is not None and sum(losses[-10:]) / 10 <= target_loss)
-                                  or (target_accuracy is not None and sum(accuracies[-10:]) / 10 >= target_accuracy)):
-            break
-        batch = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
+    """Next-token cross-entropy on ``(token ids, loss mask)`` examples in one go (``SupervisedLoop``)."""
+    loop = SupervisedLoop(policy, examples, num_steps=num_steps, batch_size=batch_size, lr=lr, target_loss=target_loss,
+                          target_accuracy=target_accuracy, seed=seed, t0=t0)
+    loop.run()
+    return loop.summary()
+
+
+class SupervisedLoop:
+    """Next-token cross-entropy on ``(token ids, loss mask)`` examples, loss where the mask is 1, for
+    ``num_steps`` steps or until ``target_loss`` / ``target_accuracy`` (means of the last 10 batches).
+
+    Resumable: ``run(max_seconds=5)`` does a bounded piece and returns, so a driver can show progress
+    and bound every call to the trainer while a long warm start runs; pieces give the same steps,
+    batches and updates as one call."""
+
+    def __init__(self, policy: Any, examples: list[tuple[list[int], list[int]]], *, num_steps: int, batch_size: int,
+                 lr: float, target_loss: float | None = None, target_accuracy: float | None = None, seed: int = 0,
+                 t0: float | None = None):
+        self.policy, self.examples, self.num_steps, self.batch_size = policy, examples, num_steps, batch_size
+        self.target_loss, self.target_accuracy = target_loss, target_accuracy
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.rng = random.Random(seed)
+        self.opt = torch.optim.AdamW(policy.model.parameters(), lr=lr) if examples and num_steps > 0 else None
+        self.losses: list[float] = []
+        self.accuracies: list[float] = []
+        self.seconds = 0.0
+
+    @property
+    def done(self) -> bool:
+        if self.opt is None or len(self.losses) >= self.num_steps:
+            return True
+        return len(self.losses) >= 10 and (
+            (self.target_loss is not None and sum(self.losses[-10:]) / 10 <= self.target_loss)
+            or (self.target_accuracy is not None and sum(self.accuracies[-10:]) / 10 >= self.target_accuracy))
+
+    def run(self, max_seconds: float | None = None) -> None:
+        """Steps until done, or until ``max_seconds`` have passed (at least one step)."""
+        start = time.perf_counter()
+        model = self.policy.model
+        model.train()
+        try:
+            while not self.done:
+                self._step(model)
+                if max_seconds is not None and time.perf_counter() - start >= max_seconds:
+                    break
+        finally:
+            model.eval()
+            self.seconds = time.perf_counter() - self.t0
+
+    def _step(self, model: Any) -> None:
+        pad = self.policy.tokenizer.pad_token_id
+        batch = [self.examples[self.rng.randrange(len(self.examples))] for _ in range(self.batch_size)]
         width = max(len(s) for s, _ in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         labels = torch.full_like(ids, -100)
@@ -154,13 +201,23 @@ def train_masked(policy: Any, examples: list[tuple[list[int], list[int]]], *, nu
         ids, labels, att = ids.to(device), labels.to(device), att.to(device)
         logits = model(input_ids=ids, attention_mask=att).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
-        accuracies.append(float(exact_match(logits[:, :-1].detach(), labels[:, 1:]).mean()))
-        opt.zero_grad(set_to_none=True)
+        self.accuracies.append(float(exact_match(logits[:, :-1].detach(), labels[:, 1:]).mean()))
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return {"warm_start/steps": len(losses), "warm_start/examples": len(examples), "warm_start/first_loss": losses[0],
-            "warm_start/final_loss": sum(losses[-10:]) / len(losses[-10:]),
-            "warm_start/final_accuracy": sum(accuracies[-10:]) / len(accuracies[-10:]),
-            "warm_start/seconds": time.perf_counter() - t0}
+        self.opt.step()
+        self.losses.append(float(loss.detach()))
+
+    def progress(self) -> dict[str, Any]:
+        """Steps so far and the recent (last 10 batches) loss and exact-match accuracy."""
+        recent = lambda xs: sum(xs[-10:]) / len(xs[-10:]) if xs else None  # noqa: E731
+        return {"steps": len(self.losses), "num_steps": self.num_steps, "done": self.done,
+                "loss": recent(self.losses), "accuracy": recent(self.accuracies)}
+
+    def summary(self) -> dict[str, Any]:
+        if not self.losses:
+            return {"warm_start/steps": 0, "warm_start/examples": len(self.examples)}
+        return {"warm_start/steps": len(self.losses), "warm_start/examples": len(self.examples),
+                "warm_start/first_loss": self.losses[0],
+                "warm_start/final_loss": sum(self.losses[-10:]) / len(self.losses[-10:]),
+                "warm_start/final_accuracy": sum(self.accuracies[-10:]) / len(self.accuracies[-10:]),
+                "warm_start/seconds": self.seconds}

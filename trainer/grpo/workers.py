@@ -176,10 +176,22 @@ class TrainerWorker:
     def publish_weights(self, version: int) -> Any:
         return self.transport.publish(version, self.policy.model.state_dict())
 
-    def warm_start(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        from trainer.grpo.warm_start import supervised_warm_start
+    def warm_start_begin(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Prepare the warm start (its examples, its optimizer); ``warm_start_run`` then runs it in pieces."""
+        from trainer.grpo.warm_start import warm_start_loop
 
-        return supervised_warm_start(self.policy, rows, self.cfg.policy.warm_start, seed=self.cfg.grpo.seed)
+        self._warm_start = warm_start_loop(self.policy, rows, self.cfg.policy.warm_start, seed=self.cfg.grpo.seed)
+        return self._warm_start.progress()
+
+    def warm_start_run(self, max_seconds: float) -> dict[str, Any]:
+        """About ``max_seconds`` more of the warm start: its progress, and its summary once done."""
+        loop = self._warm_start
+        loop.run(max_seconds=max_seconds)
+        out = loop.progress()
+        if out["done"]:
+            out["summary"] = loop.summary()
+            self._warm_start = None
+        return out
 
     def generate_validation(self, rows: list[dict[str, Any]], k: int) -> list[Sample]:
         """k greedy samples per row, in row order, each one run of the one rollout function
