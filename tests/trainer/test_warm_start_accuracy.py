@@ -61,3 +61,16 @@ def test_the_warm_start_in_pieces_is_the_warm_start_in_one_go():
     assert summary["warm_start/final_loss"] == out["warm_start/final_loss"]
     for a, b in zip(whole.model.parameters(), pieces.model.parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_warm_start_short_of_its_target_is_reported():
+    from trainer.config import WarmStartConfig
+    from trainer.grpo.engine import _warm_start_target_missed
+
+    cfg = WarmStartConfig(enabled=True, num_steps=100, target_accuracy=0.3, answer_template="{answer}")
+    reached = {"warm_start/steps": 40, "warm_start/final_accuracy": 0.31, "warm_start/final_loss": 0.1}
+    assert _warm_start_target_missed(cfg, reached) is None
+    short = {"warm_start/steps": 100, "warm_start/final_accuracy": 0.0, "warm_start/final_loss": 0.08}
+    msg = _warm_start_target_missed(cfg, short)
+    assert "all 100 steps" in msg and "accuracy 0.00 < target 0.3" in msg and "policy.warm_start.num_steps" in msg
+    assert _warm_start_target_missed(WarmStartConfig(enabled=True, num_steps=100, answer_template="{answer}"), short) is None  # no target, nothing missed

@@ -51,6 +51,23 @@ def _warm_start(cfg: MasterConfig, comps: actors.Components, train_rows: list[di
     return state["summary"]
 
 
+def _warm_start_target_missed(ws_cfg: Any, ws: dict[str, Any]) -> str | None:
+    """What to tell the user when the warm start used all its steps short of its target: RL then
+    starts from a weaker policy than the recipe assumes (often with no reward signal at all)."""
+    if not ws.get("warm_start/steps") or ws["warm_start/steps"] < ws_cfg.num_steps:
+        return None  # stopped early: a target was reached
+    short = []
+    if ws_cfg.target_accuracy is not None and ws["warm_start/final_accuracy"] < ws_cfg.target_accuracy:
+        short.append(f"exact-match accuracy {ws['warm_start/final_accuracy']:.2f} < target {ws_cfg.target_accuracy}")
+    if ws_cfg.target_loss is not None and ws["warm_start/final_loss"] > ws_cfg.target_loss:
+        short.append(f"loss {ws['warm_start/final_loss']:.3f} > target {ws_cfg.target_loss}")
+    if not short:
+        return None
+    return (f"the warm start used all {ws_cfg.num_steps} steps short of its target ({'; '.join(short)}); "
+            "RL starts from a weaker policy than the recipe assumes: raise policy.warm_start.num_steps "
+            "or try another grpo.seed")
+
+
 def _progress(total: int, initial: int, enabled: bool) -> Any:
     from tqdm import tqdm
 
@@ -144,6 +161,9 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
             print(f"warm start: {ws.get('warm_start/steps')} steps, loss {ws.get('warm_start/first_loss', 0):.3f} -> "
                   f"{ws.get('warm_start/final_loss', 0):.3f}, exact-match accuracy "
                   f"{ws.get('warm_start/final_accuracy', 0):.2f}", flush=True)
+            missed = _warm_start_target_missed(cfg.policy.warm_start, ws)
+            if missed:
+                print(f"warning: {missed}", flush=True)
         _push_weights(comps, start, to)
         for gen in comps.generators:
             actors.get(gen.start.remote(), to, "generator.start")
