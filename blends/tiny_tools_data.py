@@ -3,24 +3,30 @@ conversations that teach it the multi-turn format.
 
     python -m blends.tiny_tools_data          # -> blends/data/tiny_tools.jsonl, tiny_tools_conversations.jsonl
 
-Each row asks for a product ``a*b`` of two digits 2..9 (64 problems, 7 rows each) and requires the
-tool: ``expected_code_contains`` is ``a*b``, so a response scores only if the model called
-``execute_python`` with that product (the environment checks the cells the session ran) and then
-answered what the sandbox printed. A 2-layer byte-level model learns each problem's call by heart,
-as it learns the ``tiny`` blend's sums: what it cannot do is copy operands from 80 tokens back
-(measured on 450 two-digit products: 0 of 16 held-out calls right after 1,300 warm-start steps,
-blends/README.md), so the task keeps the problems few and repeats them. The answer is a copy from
-the tool's reply, a few tokens back, which the model does learn. Rows are NeMo-Gym
-``math_with_code`` rows (agent ``math_with_code_simple_agent``), graded by the ``math_python``
-environment's real tool in its real sandbox. The tool definition is the environment's
-``execute_python`` with no description, so the whole conversation stays short (about 550 byte tokens).
+Each row asks for a product ``a*b`` of digits 2 <= a <= b <= 9 (36 problems, 12 rows each) and
+requires the tool: ``expected_code_contains`` is ``a*b``, so a response scores only if the model
+called ``execute_python`` with that product (the environment checks the cells the session ran) and
+then answered what the sandbox printed. Rows are NeMo-Gym ``math_with_code`` rows (agent
+``math_with_code_simple_agent``), graded by the ``math_python`` environment's real tool in its real
+sandbox. The tool definition is the environment's ``execute_python`` with no description.
 
-The validation rows are the last ``VAL_ROWS`` rows: held-out rows of the same 64 problems (as in the
+Why this shape (measured, blends/README.md): a 2-layer byte-level model finds *which* digits a
+prompt holds by their content, as it does for the ``tiny`` blend's sums; telling the first operand
+from the second, 80 tokens back, it did not learn (0 of 16 held-out calls right after 1,300
+warm-start steps on 450 two-digit products). With the smaller factor first, the call is fixed by
+which digits the prompt holds; the answer is the product of the same digits.
+
+The validation rows are the last ``VAL_ROWS`` rows: held-out rows of the same 36 problems (as in the
 ``tiny`` blend: the validation reward measures how well the policy does the task). The conversations
-file (``policy.warm_start.conversations``) holds one gold conversation per *train* row: the user
+file (``policy.warm_start.conversations``) holds, per *train* row, the gold conversation (the user
 turn, the assistant's tool call, the tool message exactly as the trainer feeds the sandbox's reply
-back (the JSON body of ``/execute_python``: ``{"stdout", "stderr", "truncated", "success"}``), and
-the final assistant answer. Deterministic: the same files on every run.
+back: the JSON body of ``/execute_python``, ``{"stdout", "stderr", "truncated", "success"}``, and
+the final assistant answer) twice: with the tool list, as a rollout renders it (about 550 tokens,
+330 of them the system prompt), and without it (about 250 tokens). In the long form the two
+operand digits are 2 of 450 context tokens and the warm start sits at the digits-at-chance
+plateau for a seed-dependent time (one seed left it after 700 steps, another not in 3,000); the
+short form is learned in a few hundred steps and what it teaches (attend to the prompt's digits)
+carries over to the long form. Deterministic: the same files on every run.
 """
 
 from __future__ import annotations
@@ -40,12 +46,14 @@ TOOLS = [{"type": "function", "name": "execute_python",
 
 
 DIGITS = range(2, 10)
-ROWS_PER_PROBLEM = 7
+ROWS_PER_PROBLEM = 12
 
 
 def problems(seed: int) -> list[tuple[int, int]]:
-    """Every product of two digits 2..9, ``ROWS_PER_PROBLEM`` rows each, shuffled."""
-    pairs = [(a, b) for a in DIGITS for b in DIGITS] * ROWS_PER_PROBLEM
+    """Every product ``a*b`` of digits 2 <= a <= b <= 9 (36 problems), ``ROWS_PER_PROBLEM`` rows
+    each, shuffled. The smaller factor comes first, so the call is fixed by *which* digits the
+    prompt holds, not by their order (see the module docstring)."""
+    pairs = [(a, b) for a in DIGITS for b in DIGITS if a <= b] * ROWS_PER_PROBLEM
     random.Random(seed).shuffle(pairs)
     return pairs
 
@@ -56,17 +64,19 @@ def row(i: int, a: int, b: int) -> dict:
             "dataset": "verigym_tiny_tools", "uuid": f"tiny-tools-{i:03d}"}
 
 
-def conversation(a: int, b: int) -> dict:
+def conversation(a: int, b: int, with_tools: bool = True) -> dict:
     """The gold conversation in chat format (what the trainer's chat template renders); the tool
-    message is the body the math_python server answers for ``print(a*b)``, as the trainer dumps it."""
+    message is the body the math_python server answers for ``print(a*b)``, as the trainer dumps it.
+    ``with_tools=False`` leaves the tool list (the system prompt) out: the short form."""
     code = f"print({a}*{b})"
     reply = {"stdout": f"{a * b}\n", "stderr": "", "truncated": False, "success": True}
-    return {"tools": TOOLS, "messages": [
+    convo = {"messages": [
         {"role": "user", "content": f"What is {a}*{b}?"},
         {"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": "execute_python", "arguments": {"code": code}}}]},
         {"role": "tool", "content": json.dumps(reply)},
         {"role": "assistant", "content": f"\\boxed{{{a * b}}}"}]}
+    return {"tools": TOOLS, **convo} if with_tools else convo
 
 
 def main() -> None:
@@ -77,8 +87,10 @@ def main() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     ROWS_FILE.write_text("".join(json.dumps(row(i, a, b)) + "\n" for i, (a, b) in enumerate(pairs)))
     train = pairs[:len(pairs) - VAL_ROWS]
-    CONVERSATIONS_FILE.write_text("".join(json.dumps(conversation(a, b)) + "\n" for a, b in train))
-    print(f"{ROWS_FILE}: {len(pairs)} rows ({VAL_ROWS} val); {CONVERSATIONS_FILE}: {len(train)} conversations")
+    CONVERSATIONS_FILE.write_text("".join(json.dumps(conversation(a, b, with_tools)) + "\n"
+                                          for a, b in train for with_tools in (True, False)))
+    print(f"{ROWS_FILE}: {len(pairs)} rows ({VAL_ROWS} val); "
+          f"{CONVERSATIONS_FILE}: {2 * len(train)} conversations (each train row with and without the tool list)")
 
 
 if __name__ == "__main__":
