@@ -25,8 +25,8 @@ the final assistant answer) twice: with the tool list, as a rollout renders it (
 330 of them the system prompt), and without it (about 250 tokens). In the long form the two
 operand digits are 2 of 450 context tokens and the warm start sits at the digits-at-chance
 plateau for a seed-dependent time (one seed left it after 700 steps, another not in 3,000); the
-short form is learned in a few hundred steps and what it teaches (attend to the prompt's digits)
-carries over to the long form. Deterministic: the same files on every run.
+short form is learned sooner and what it teaches (attend to the prompt's digits) carries over to
+the long form (exact-match 0.3 in 600-2,400 steps over three seeds). Deterministic: the same files on every run.
 """
 
 from __future__ import annotations
