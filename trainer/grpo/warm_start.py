@@ -96,9 +96,14 @@ def warm_start_examples(policy: Any, rows: list[dict[str, Any]], cfg: WarmStartC
     for r in rows:
         ans = gold_answer(r)
         if ans is not None:
-            prompt, answer = prompt_ids_for(policy, r), policy.encode(cfg.answer_template.format(answer=ans)) + [end_id]
-            examples.append((prompt + answer, [0] * len(prompt) + [1] * len(answer)))
+            examples.append(answer_example(prompt_ids_for(policy, r),
+                                           policy.encode(cfg.answer_template.format(answer=ans)) + [end_id]))
     return examples
+
+
+def answer_example(prompt: list[int], answer: list[int]) -> tuple[list[int], list[int]]:
+    """``(token ids, loss mask)`` of a prompt and its target: loss on the target only."""
+    return prompt + answer, [0] * len(prompt) + [1] * len(answer)
 
 
 def warm_start_loop(policy: Any, rows: list[dict[str, Any]], cfg: WarmStartConfig, seed: int = 0) -> "SupervisedLoop":
@@ -120,7 +125,7 @@ def train_supervised(policy: Any, pairs: list[tuple[list[int], list[int]]], *, n
                      t0: float | None = None) -> dict[str, Any]:
     """Next-token cross-entropy on ``(prompt ids, target ids)`` pairs, loss on the targets only
     (also the DPO demo's warm start on tool calls, trainer/dpo/synthetic_tools.py)."""
-    examples = [(p + a, [0] * len(p) + [1] * len(a)) for p, a in pairs]
+    examples = [answer_example(p, a) for p, a in pairs]
     return train_masked(policy, examples, num_steps=num_steps, batch_size=batch_size, lr=lr, target_loss=target_loss,
                         target_accuracy=target_accuracy, seed=seed, t0=t0)
 
@@ -163,13 +168,18 @@ class SupervisedLoop:
         self.accuracies: list[float] = []
         self.seconds = 0.0
 
+    @staticmethod
+    def _recent(values: list[float]) -> float | None:
+        """Mean of the last 10 batches' values (what the targets are compared with)."""
+        return sum(values[-10:]) / len(values[-10:]) if values else None
+
     @property
     def done(self) -> bool:
         if self.opt is None or len(self.losses) >= self.num_steps:
             return True
         return len(self.losses) >= 10 and (
-            (self.target_loss is not None and sum(self.losses[-10:]) / 10 <= self.target_loss)
-            or (self.target_accuracy is not None and sum(self.accuracies[-10:]) / 10 >= self.target_accuracy))
+            (self.target_loss is not None and self._recent(self.losses) <= self.target_loss)
+            or (self.target_accuracy is not None and self._recent(self.accuracies) >= self.target_accuracy))
 
     def run(self, max_seconds: float | None = None) -> None:
         """Steps until done, or until ``max_seconds`` have passed (at least one step)."""
@@ -209,15 +219,14 @@ class SupervisedLoop:
 
     def progress(self) -> dict[str, Any]:
         """Steps so far and the recent (last 10 batches) loss and exact-match accuracy."""
-        recent = lambda xs: sum(xs[-10:]) / len(xs[-10:]) if xs else None  # noqa: E731
         return {"steps": len(self.losses), "num_steps": self.num_steps, "done": self.done,
-                "loss": recent(self.losses), "accuracy": recent(self.accuracies)}
+                "loss": self._recent(self.losses), "accuracy": self._recent(self.accuracies)}
 
     def summary(self) -> dict[str, Any]:
         if not self.losses:
             return {"warm_start/steps": 0, "warm_start/examples": len(self.examples)}
         return {"warm_start/steps": len(self.losses), "warm_start/examples": len(self.examples),
                 "warm_start/first_loss": self.losses[0],
-                "warm_start/final_loss": sum(self.losses[-10:]) / len(self.losses[-10:]),
-                "warm_start/final_accuracy": sum(self.accuracies[-10:]) / len(self.accuracies[-10:]),
+                "warm_start/final_loss": self._recent(self.losses),
+                "warm_start/final_accuracy": self._recent(self.accuracies),
                 "warm_start/seconds": self.seconds}
