@@ -21,12 +21,10 @@ The validation rows are the last ``VAL_ROWS`` rows: held-out rows of the same 36
 file (``policy.warm_start.conversations``) holds, per *train* row, the gold conversation (the user
 turn, the assistant's tool call, the tool message exactly as the trainer feeds the sandbox's reply
 back: the JSON body of ``/execute_python``, ``{"stdout", "stderr", "truncated", "success"}``, and
-the final assistant answer) twice: with the tool list, as a rollout renders it (about 550 tokens,
-330 of them the system prompt), and without it (about 250 tokens). In the long form the two
-operand digits are 2 of 450 context tokens and the warm start sits at the digits-at-chance
-plateau for a seed-dependent time (one seed left it after 700 steps, another not in 3,000); the
-short form is learned sooner and what it teaches (attend to the prompt's digits) carries over to
-the long form (exact-match 0.3 in 600-2,400 steps over three seeds). Deterministic: the same files on every run.
+the final assistant answer) twice: with the tool list, as a rollout renders it (about 520 tokens,
+270 of them the system prompt), and without it (about 250 tokens). In the long form the two
+operand digits are 2 of ~500 context tokens; the short form is learned sooner and what it teaches
+(attend to the prompt's digits) carries over to the long form. Deterministic: the same files on every run.
 """
 
 from __future__ import annotations
