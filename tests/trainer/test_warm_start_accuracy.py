@@ -73,4 +73,5 @@ def test_a_warm_start_short_of_its_target_is_reported():
     short = {"warm_start/steps": 100, "warm_start/final_accuracy": 0.0, "warm_start/final_loss": 0.08}
     msg = _warm_start_target_missed(cfg, short)
     assert "all 100 steps" in msg and "accuracy 0.00 < target 0.3" in msg and "policy.warm_start.num_steps" in msg
+    assert "policy.warm_start.lr" in msg
     assert _warm_start_target_missed(WarmStartConfig(enabled=True, num_steps=100, answer_template="{answer}"), short) is None  # no target, nothing missed

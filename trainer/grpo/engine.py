@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.config import MasterConfig, to_yaml
+from trainer.config import MasterConfig, WarmStartConfig, to_yaml
 from trainer.grpo import actors, checkpoint
 from trainer.grpo.interrupt import NO_STOP, StopRequest, as_run_interrupted
 from trainer.grpo.metrics import MetricsLogger, read_jsonl
@@ -51,7 +51,7 @@ def _warm_start(cfg: MasterConfig, comps: actors.Components, train_rows: list[di
     return state["summary"]
 
 
-def _warm_start_target_missed(ws_cfg: Any, ws: dict[str, Any]) -> str | None:
+def _warm_start_target_missed(ws_cfg: WarmStartConfig, ws: dict[str, Any]) -> str | None:
     """What to tell the user when the warm start used all its steps short of its target: RL then
     starts from a weaker policy than the recipe assumes (often with no reward signal at all)."""
     if not ws.get("warm_start/steps") or ws["warm_start/steps"] < ws_cfg.num_steps:
@@ -64,8 +64,8 @@ def _warm_start_target_missed(ws_cfg: Any, ws: dict[str, Any]) -> str | None:
     if not short:
         return None
     return (f"the warm start used all {ws_cfg.num_steps} steps short of its target ({'; '.join(short)}); "
-            "RL starts from a weaker policy than the recipe assumes: raise policy.warm_start.num_steps "
-            "or try another grpo.seed")
+            "RL starts from a weaker policy than the recipe assumes: raise policy.warm_start.num_steps, or "
+            "lower policy.warm_start.lr if the loss fell and then spiked back up (blends/README.md: tiny_tools)")
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:
