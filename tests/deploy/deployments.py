@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -129,6 +130,12 @@ def venv_under_tmp(tmp: Path) -> Deployment:
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True,
                    timeout=120)
+    # --system-site-packages sees the *base* interpreter's packages; when this suite itself runs in
+    # a venv (a user's setup), the packages are in that venv: a .pth file adds its site folders.
+    here = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    inner = subprocess.run([str(venv / "bin" / "python3"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    Path(inner, "verigym-outer-env.pth").write_text("".join(f"{p}\n" for p in here))
     return Deployment(f"venv {venv}", python=str(venv / "bin" / "python3"))
 
 
