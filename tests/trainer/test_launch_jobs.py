@@ -104,6 +104,7 @@ def _assert_trained(log_dir: Path, job_id: str) -> None:
     log = (log_dir / "job" / f"slurm-{job_id}.log").read_text(errors="replace")
     assert "fleet gate: 2 server(s) healthy: math x1, reasoning_gym x1" in log, log[-3000:]
     assert "run summary" in log and "job exit status 0" in log, log[-3000:]
+    assert "srun: error" not in log, log[-3000:]  # every step of a clean job ends with status 0 (Ray's included)
     steps = [json.loads(x)["step"] for x in (log_dir / "metrics.jsonl").read_text().splitlines() if "train/reward" in x]
     assert steps == [1, 2]
     assert json.loads((log_dir / "summary.json").read_text())["steps"] == 2

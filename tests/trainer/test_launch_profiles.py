@@ -74,7 +74,7 @@ fleet_nodes = 1
 def test_bad_profiles_are_errors_that_say_what_to_fix(tmp_path, table, message):
     path = _write(tmp_path, f"[c]\n{table}\n")
     with pytest.raises(ProfileError, match=message):
-        load_env_file(path)
+        load_env_file(path).profile("c")
 
 
 def test_wandb_and_reserved_sections_are_checked(tmp_path):
@@ -86,7 +86,23 @@ def test_wandb_and_reserved_sections_are_checked(tmp_path):
 
 def test_extends_loop_is_reported(tmp_path):
     with pytest.raises(ProfileError, match="loop: a -> b -> a"):
-        load_env_file(_write(tmp_path, '[a]\nextends = "b"\n[b]\nextends = "a"\n'))
+        load_env_file(_write(tmp_path, '[a]\nextends = "b"\n[b]\nextends = "a"\n')).profile("a")
+
+
+def test_a_broken_profile_blocks_only_itself(tmp_path, capsys):
+    """One mistyped key in an unrelated profile: the profile asked for loads (with a warning naming
+    the other), the broken one is refused with its reason, and a profile extending it is refused too."""
+    path = _write(tmp_path, '[good]\nexecutor = "local"\n[bad]\nexecutor = "slurm"\npartion = "x"\n'
+                            '[child]\nextends = "bad"\n')
+    profile, _, _ = load_profile("good", path)
+    assert isinstance(profile, LocalProfile)
+    err = capsys.readouterr().err
+    assert "warning: ignoring profile [bad]" in err and "did you mean 'partition'" in err
+    assert "[good]" not in err
+    with pytest.raises(ProfileError, match=r"\[bad\]: unknown key 'partion'"):
+        load_profile("bad", path)
+    with pytest.raises(ProfileError, match=r"\[child\]: unknown key 'partion'"):
+        load_profile("child", path)
 
 
 def test_env_file_lookup_order(tmp_path, monkeypatch):

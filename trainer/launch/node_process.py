@@ -17,17 +17,30 @@ from typing import Callable
 
 
 def run_supervised(argv: list[str], stop_file: Path | None, on_poll: Callable[[], None] | None = None,
-                   poll_s: float = 0.2) -> int:
-    """Start ``argv``; forward SIGTERM/SIGINT to it; SIGTERM it when ``stop_file`` exists; return its status."""
+                   poll_s: float = 0.2, stopped_status: frozenset[int] = frozenset()) -> int:
+    """Start ``argv``; forward SIGTERM/SIGINT to it; SIGTERM it when ``stop_file`` exists; return its status.
+
+    ``stopped_status``: exit statuses the child reports when it stops because it was asked to (for
+    ``ray start --block``, 1: its SIGTERM handler drains the node and calls ``sys.exit(1)``); after a
+    requested stop they count as success, so a job that ended cleanly leaves no
+    ``srun: error: ... Exited with exit code 1`` in its log."""
     proc = subprocess.Popen(argv)
+    requested = False
+
+    def forward(_sig: int, _frame: object) -> None:
+        nonlocal requested
+        requested = True
+        proc.send_signal(signal.SIGTERM)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _s, _f: proc.send_signal(signal.SIGTERM))
-    stopping = False
+        signal.signal(sig, forward)
     while proc.poll() is None:
         if on_poll is not None:
             on_poll()
-        if not stopping and stop_file is not None and stop_file.exists():
+        if not requested and stop_file is not None and stop_file.exists():
+            requested = True
             proc.send_signal(signal.SIGTERM)
-            stopping = True
         time.sleep(poll_s)
+    if requested and proc.returncode in stopped_status:
+        return 0
     return proc.returncode

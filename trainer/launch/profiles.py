@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,14 +118,25 @@ class EnvFile:
     path: Path
     wandb: WandbSettings = field(default_factory=WandbSettings)
     profiles: dict[str, LocalProfile | SlurmProfile] = field(default_factory=dict)
+    # Profiles that did not validate, with why: asking for one is an error, the others only warn
+    # (one mistyped key in an unrelated profile must not block every profile of the file).
+    broken: dict[str, ProfileError] = field(default_factory=dict)
 
     def profile(self, name: str) -> LocalProfile | SlurmProfile:
+        if name in self.broken:
+            raise self.broken[name]
         if name not in self.profiles:
-            close = difflib.get_close_matches(name, list(self.profiles), n=1)
+            names = [*self.profiles, *self.broken]
+            close = difflib.get_close_matches(name, names, n=1)
             hint = f"did you mean {close[0]!r}?" if close else \
-                f"profiles: {', '.join(self.profiles) or 'none'}"
+                f"profiles: {', '.join(names) or 'none'}"
             raise ProfileError(f"{self.path}: no profile [{name}]; {hint}")
         return self.profiles[name]
+
+    def warnings(self, chosen: str | None = None) -> list[str]:
+        """One line per broken profile other than ``chosen``."""
+        return [f"warning: ignoring profile [{name}] of {self.path}: {str(exc).split(': ', 1)[-1]}"
+                for name, exc in self.broken.items() if name != chosen]
 
 
 def find_env_file(explicit: str | Path | None = None, start: Path | None = None) -> Path:
@@ -197,20 +209,31 @@ def load_env_file(path: str | Path) -> EnvFile:
         else:
             tables[name] = table
     profiles: dict[str, LocalProfile | SlurmProfile] = {}
+    broken: dict[str, ProfileError] = {}
     for name in tables:
-        merged = _resolve_extends(name, tables, path)
-        executor = merged.get("executor", "local")
-        model = {"slurm": SlurmProfile, "local": LocalProfile}.get(executor)
-        if model is None:
-            raise ProfileError(f"{path} [{name}]: executor {executor!r} is not supported; use \"slurm\" or \"local\"")
         try:
-            profiles[name] = _PROFILE.validate_python({**merged, "executor": executor})
-        except ValidationError as exc:
-            raise _error(path, name, exc, model) from None
-    return EnvFile(path=path, wandb=wandb, profiles=profiles)
+            profiles[name] = _validate_profile(name, tables, path)
+        except ProfileError as exc:
+            broken[name] = exc
+    return EnvFile(path=path, wandb=wandb, profiles=profiles, broken=broken)
+
+
+def _validate_profile(name: str, tables: dict[str, dict[str, Any]], path: Path) -> LocalProfile | SlurmProfile:
+    merged = _resolve_extends(name, tables, path)
+    executor = merged.get("executor", "local")
+    model = {"slurm": SlurmProfile, "local": LocalProfile}.get(executor)
+    if model is None:
+        raise ProfileError(f"{path} [{name}]: executor {executor!r} is not supported; use \"slurm\" or \"local\"")
+    try:
+        return _PROFILE.validate_python({**merged, "executor": executor})
+    except ValidationError as exc:
+        raise _error(path, name, exc, model) from None
 
 
 def load_profile(name: str, env_file: str | Path | None = None) -> tuple[LocalProfile | SlurmProfile, WandbSettings, Path]:
     """The profile ``name`` from the env.toml found by :func:`find_env_file`."""
     found = load_env_file(find_env_file(env_file))
-    return found.profile(name), found.wandb, found.path
+    profile = found.profile(name)
+    for line in found.warnings(chosen=name):
+        print(line, file=sys.stderr)
+    return profile, found.wandb, found.path
