@@ -41,6 +41,24 @@ def reachable_address(route_to: str) -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
+def judge_overrides(models_dir: Path | None, routes: list[str]) -> list[str]:
+    """``env.judges.judge.base_url=URL`` for every ``env.judge=MODEL`` route, from the ready files
+    of the job's model servers (trainer/launch/model_steps.py): the judges call what the job started."""
+    if not routes:
+        return []
+    from trainer.launch.model_steps import read_models
+
+    served = read_models(models_dir) if models_dir else {}
+    pairs = []
+    for route in routes:
+        where, _, model = route.partition("=")
+        env, _, judge = where.partition(".")
+        if model not in served:
+            raise SystemExit(f"fleet: no model server reported {model!r} (needed by {where}); served: {sorted(served)}")
+        pairs.append(f"{env}.judges.{judge}.base_url={json.dumps(served[model])}")
+    return pairs
+
+
 def serve(route_to: str, ready_file: Path, stop_file: Path | None, names_and_overrides: list[str]) -> int:
     host = reachable_address(route_to)
     ready_file.parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--route-to", required=True, help="the Ray head's address: the servers bind the interface that reaches it")
     p.add_argument("--ready-file", type=Path, required=True)
     p.add_argument("--stop-file", type=Path, help="SIGTERM envs serve (drain, then exit) when this file appears")
+    p.add_argument("--models-dir", type=Path, help="ready files of the job's model servers ({model, base_url} each)")
+    p.add_argument("--judge", action="append", default=[], metavar="ENV.JUDGE=MODEL",
+                   help="point ENV's judge JUDGE at the job's server of MODEL (repeatable)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="-- NAMES... [key=value ...] for envs serve")
     p = sub.add_parser("gate")
     p.add_argument("--ready-dir", type=Path, required=True)
@@ -133,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
         if not rest:
             parser.error("serve: no environment names after --")
-        return serve(args.route_to, args.ready_file, args.stop_file, rest)
+        return serve(args.route_to, args.ready_file, args.stop_file, rest + judge_overrides(args.models_dir, args.judge))
     return gate(args.ready_dir, args.nodes, args.envs, args.out, args.timeout)
 
 

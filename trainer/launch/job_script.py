@@ -43,6 +43,17 @@ class FleetSpec:
     envs: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()  # `envs serve` overrides: key=value (all) or NAME.key=value
     ready_timeout_s: float = 600.0   # the gate fails the job when the fleet is not healthy by then
+    judges: tuple[str, ...] = ()     # "ENV.JUDGE=MODEL": that judge calls the job's server of MODEL
+
+
+@dataclass(frozen=True)
+class ModelServerStep:
+    """A judge / GenRM model server of the job (trainer/model_servers.py decides which)."""
+    model: str
+    argv: tuple[str, ...] = ()   # the serving command ({host}, {port}, {ready_file}); empty: external
+    url: str | None = None       # external: checked, not started
+    nodes: int = 0               # whole nodes of its own; 0: runs on the first fleet node
+    ready_timeout_s: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,11 @@ class JobSpec:
     workdir: Path = field(default_factory=Path.cwd)       # every step starts here
     nodes: int | None = None           # overrides the profile's nodes (a stage that needs 109)
     python: str | None = None          # interpreter of the helper steps; default: this one, "python3" in a container
+    model_servers: tuple[ModelServerStep, ...] = ()  # started (or checked) before the fleet, on nodes of their own
+
+    @property
+    def model_nodes(self) -> int:
+        return sum(m.nodes for m in self.model_servers)
 
     @property
     def script_path(self) -> Path:
@@ -71,7 +87,7 @@ def _q(value: object) -> str:
 
 
 def _sbatch_header(profile: SlurmProfile, job: JobSpec, attached: bool) -> list[str]:
-    nodes = job.nodes or profile.nodes
+    nodes = (job.nodes or profile.nodes) + job.model_nodes
     opts = [f"--job-name={job.name}", f"--nodes={nodes}", f"--ntasks-per-node={profile.ntasks_per_node}",
             f"--time={profile.time}", f"--output={job.job_dir}/slurm-%j.log"]
     if profile.account:
@@ -99,12 +115,45 @@ def _container_flags(profile: LocalProfile | SlurmProfile, workdir: Path) -> str
     return " ".join(_q(f) for f in flags)
 
 
+def _model_server_lines(job: JobSpec) -> list[str]:
+    """Step 1b: the judge / GenRM model servers, each ready (``/health`` and ``/v1/models`` lists its
+    model) before the fleet starts; an external URL is checked the same way."""
+    if not job.model_servers:
+        return []
+    lines = ["# 1b. Model servers (judges, GenRM): ready = /health 200 and /v1/models lists the model, else the job fails here.",
+             'mkdir -p "$RUN/models"']
+    offset = 0
+    for i, m in enumerate(job.model_servers):
+        ready = f'"$RUN/models/{i}.json"'
+        if not m.argv:
+            lines.append(f'(step gate "$HEAD" "$PY" -m trainer.launch.model_steps check --model {_q(m.model)} --url {_q(m.url)} '
+                         f'--ready-file {ready}) || {{ log "model server {m.model} is not usable (see above)"; exit 1; }}')
+            continue
+        node = f'"${{MODEL_NODES[{offset}]:-$HEAD}}"' if m.nodes else '"${FLEET_NODES[0]}"'
+        offset += m.nodes
+        lines.append(f'step model {node} "$PY" -m trainer.launch.model_steps serve --model {_q(m.model)} '
+                     f'--route-to "${{RAY_ADDRESS%:*}}" --ready-file {ready} --stop-file "$RUN/stop-model" '
+                     f'--timeout {m.ready_timeout_s:g} -- {shlex.join(m.argv)} & MODEL_PIDS+=($!)')
+    started = sum(1 for m in job.model_servers if m.argv)
+    if started:
+        lines += [
+            f'until [ "$(ls "$RUN"/models/[0-9]*.json 2>/dev/null | wc -l)" -ge {len(job.model_servers)} ]; do',
+            '  for pid in "${MODEL_PIDS[@]}"; do',
+            '    kill -0 "$pid" 2>/dev/null || { log "a model server step exited before it was ready (see above)"; exit 1; }',
+            "  done; sleep 1",
+            "done",
+            'log "model servers ready: $(cat "$RUN"/models/[0-9]*.json | tr -d "\\n")"',
+        ]
+    return lines
+
+
 def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool,
                       wandb: WandbSettings | None = None) -> str:
     slurm = isinstance(profile, SlurmProfile)
     fleet_nodes = profile.fleet_nodes if slurm else 0
     if slurm and fleet_nodes >= (job.nodes or profile.nodes):
         raise ValueError(f"fleet_nodes={fleet_nodes} leaves no node for Ray and the trainer")
+    model_nodes = job.model_nodes if slurm else 0
     in_container = slurm and bool(profile.container_image)
     py = job.python or ("python3" if in_container else sys.executable)
     env = dict(job.env)
@@ -152,15 +201,23 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         '  signal_role() { shift; [ $# -gt 0 ] && kill -TERM "$@" 2>/dev/null; }',
         "fi",
         f"N_FLEET={fleet_nodes}",
+        f"N_MODEL={model_nodes}",
+        "# the allocation, in order: Ray nodes, model-server nodes (N_MODEL), fleet nodes (the last N_FLEET)",
         'HEAD=${NODES[0]}',
         'if [ "$N_FLEET" -gt 0 ] && [ "$N_FLEET" -lt "${#NODES[@]}" ]; then',
-        '  FLEET_NODES=("${NODES[@]: -$N_FLEET}"); RAY_NODES=("${NODES[@]:0:${#NODES[@]}-$N_FLEET}")',
+        '  FLEET_NODES=("${NODES[@]: -$N_FLEET}"); REST=("${NODES[@]:0:${#NODES[@]}-$N_FLEET}")',
         "else",
-        '  FLEET_NODES=("$HEAD"); RAY_NODES=("${NODES[@]}")',
+        '  FLEET_NODES=("$HEAD"); REST=("${NODES[@]}")',
         "fi",
-        'log "job $JOB_ID: nodes ${NODES[*]}; Ray on ${RAY_NODES[*]}; environment servers on ${FLEET_NODES[*]}"',
+        'if [ "$N_MODEL" -gt 0 ]; then',
+        '  MODEL_NODES=("${REST[@]: -$N_MODEL}"); RAY_NODES=("${REST[@]:0:${#REST[@]}-$N_MODEL}")',
+        "else",
+        '  MODEL_NODES=(); RAY_NODES=("${REST[@]}")',
+        "fi",
+        'log "job $JOB_ID: nodes ${NODES[*]}; Ray on ${RAY_NODES[*]}; environment servers on ${FLEET_NODES[*]}'
+        '${MODEL_NODES[*]:+; model servers on ${MODEL_NODES[*]}}"',
         "",
-        "RAY_PIDS=(); FLEET_PIDS=(); TRAINER_PID=",
+        "RAY_PIDS=(); MODEL_PIDS=(); FLEET_PIDS=(); TRAINER_PID=",
         "stop_role() {  # stop_role ROLE GRACE PIDS...: SIGTERM the role's processes, wait up to GRACE s, then SIGKILL",
         '  local role=$1 grace=$2; shift 2; local pid; [ $# -eq 0 ] && return',
         '  signal_role "$role" "$@"',
@@ -175,6 +232,7 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         '  [ -n "$TRAINER_PID" ] && stop_role trainer 60 "$TRAINER_PID"  # the trainer checkpoints on SIGTERM',
         '  log "stopping the environment servers and Ray"',
         '  stop_role fleet 45 "${FLEET_PIDS[@]}"',
+        '  stop_role model 45 "${MODEL_PIDS[@]}"',
         '  stop_role ray 45 "${RAY_PIDS[@]}"',
         '  rm -f "$VERIGYM_FLEET_FILE" "$RUN/ray_token"',
         '  log "job exit status $rc"',
@@ -200,13 +258,19 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         '(step wait "$HEAD" "$PY" -m trainer.launch.ray_node wait --nodes "${#RAY_NODES[@]}" --timeout 600) '
         '|| { log "Ray did not reach ${#RAY_NODES[@]} nodes"; exit 1; }',
         "",
+    ]
+    lines += _model_server_lines(job)
+    judges = " ".join(f"--judge {_q(j)}" for j in job.fleet.judges)
+    lines += [
+        "",
         "# 2. The environment fleet: each server binds port 0 on its node and reports the URL it got.",
     ]
     if job.fleet.envs:
         lines += [
             'for node in "${FLEET_NODES[@]}"; do',
             f'  step fleet "$node" "$PY" -m trainer.launch.fleet_steps serve --route-to "${{RAY_ADDRESS%:*}}" '
-            f'--ready-file "$RUN/fleet/$node.json" --stop-file "$RUN/stop-fleet" -- {envs} {overrides} & FLEET_PIDS+=($!)',
+            f'--ready-file "$RUN/fleet/$node.json" --stop-file "$RUN/stop-fleet" --models-dir "$RUN/models" {judges} '
+            f'-- {envs} {overrides} & FLEET_PIDS+=($!)',
             "done",
             "# 3. The gate: every node reported and every server answers /health, else the job fails here.",
             f'(step gate "$HEAD" "$PY" -m trainer.launch.fleet_steps gate --ready-dir "$RUN/fleet" --nodes "${{FLEET_NODES[@]}}" '

@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import Callable
 
 
-def run_supervised(argv: list[str], stop_file: Path | None, on_poll: Callable[[], None] | None = None,
+def run_supervised(argv: list[str], stop_file: Path | None, on_poll: Callable[[], int | None] | None = None,
                    poll_s: float = 0.2, stopped_status: frozenset[int] = frozenset()) -> int:
     """Start ``argv``; forward SIGTERM/SIGINT to it; SIGTERM it when ``stop_file`` exists; return its status.
 
     ``stopped_status``: exit statuses the child reports when it stops because it was asked to (for
     ``ray start --block``, 1: its SIGTERM handler drains the node and calls ``sys.exit(1)``); after a
     requested stop they count as success, so a job that ended cleanly leaves no
-    ``srun: error: ... Exited with exit code 1`` in its log."""
+    ``srun: error: ... Exited with exit code 1`` in its log.
+    ``on_poll`` runs every ``poll_s``; when it returns a status, the child is stopped (SIGTERM, 30 s,
+    SIGKILL) and that status returned (a check of the child's readiness that failed for good)."""
     proc = subprocess.Popen(argv)
     requested = False
 
@@ -35,8 +37,14 @@ def run_supervised(argv: list[str], stop_file: Path | None, on_poll: Callable[[]
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     while proc.poll() is None:
-        if on_poll is not None:
-            on_poll()
+        if on_poll is not None and (verdict := on_poll()) is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return verdict
         if not requested and stop_file is not None and stop_file.exists():
             requested = True
             proc.send_signal(signal.SIGTERM)

@@ -37,6 +37,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from trainer.model_servers import ModelServerSetting
+
 ENV_FILE_VAR = "VERIGYM_ENV_FILE"
 
 # Nemotron profile keys verigym does not implement, with what to do instead.
@@ -70,6 +72,10 @@ class LocalProfile(_Strict):
     """Run the job script on this machine (no scheduler): one node, same script as on Slurm."""
     executor: Literal["local"]
     startup_commands: list[str] = Field(default_factory=list)  # shell lines run before anything else
+    # [PROFILE.model_servers.NAME]: judge / GenRM models the job starts or finds (trainer/model_servers.py)
+    model_servers: dict[str, ModelServerSetting] = Field(default_factory=dict)
+    gpus_per_node: int | None = Field(None, ge=0)  # GPUs of this machine the model servers may use
+    vllm_command: list[str] = Field(default_factory=lambda: ["vllm"])  # how `vllm serve` is run here
 
 
 class SlurmProfile(_Strict):
@@ -91,6 +97,10 @@ class SlurmProfile(_Strict):
     # verigym: how many of the allocation's last nodes run the environment servers (0 = the first
     # node, beside the trainer). Those nodes do not join the Ray cluster.
     fleet_nodes: int = Field(0, ge=0)
+    # [PROFILE.model_servers.NAME]: judge / GenRM models the job starts (on nodes of their own, or
+    # beside the fleet) or finds at a URL (trainer/model_servers.py; docs/cluster.md)
+    model_servers: dict[str, ModelServerSetting] = Field(default_factory=dict)
+    vllm_command: list[str] = Field(default_factory=lambda: ["vllm"])  # `vllm serve` = this + ["serve", ...]
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -175,7 +185,12 @@ def _error(path: Path, section: str, exc: ValidationError, model: type[BaseModel
     for e in exc.errors():
         loc = [str(x) for x in e["loc"] if x not in ("local", "slurm")]
         key = loc[0] if loc else ""
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "extra_forbidden" and loc[:1] == ["model_servers"] and len(loc) == 3:
+            valid = list(ModelServerSetting.model_fields)
+            close = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
+            lines.append(f"model_servers.{loc[1]}: unknown key {loc[-1]!r}: "
+                         + (f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"))
+        elif e["type"] == "extra_forbidden":
             if key in _NOT_SUPPORTED:
                 lines.append(f"{key!r} is not supported: {_NOT_SUPPORTED[key]}")
                 continue
