@@ -184,7 +184,9 @@ def plan_model_servers(uses: list[JudgeUse], *, preset: Mapping[str, Any] | None
                 f"model = \"{model}\" and source = \"PATH\" (the job starts it) or url = \"http://HOST:PORT/v1\" "
                 f"(an OpenAI-compatible server), or set env.server_config.{users[0].env}.judges.{users[0].judge}.base_url")
             continue
-        engine = setting.engine or ("vllm" if gpus_per_node else "envs-model")
+        # vLLM where there are GPUs or the setting asks for parallelism; else one `envs model serve` process
+        engine = setting.engine or ("vllm" if gpus_per_node or setting.tensor_parallel * setting.replicas > 1
+                                    else "envs-model")
         if engine == "vllm" and not gpus_per_node:
             plan.missing.append(f"{model}: engine vllm needs GPU nodes; this profile has no gpus_per_node "
                                 "(use engine = \"envs-model\" for a CPU model, or url = ...)")
