@@ -256,24 +256,6 @@ def check_endpoints(plan: ModelServerPlan) -> list[str]:
     return problems
 
 
-def job_steps(plan: ModelServerPlan, *, python: str, vllm: tuple[str, ...] = ("vllm",), multi_node: bool = True) -> tuple:
-    """The job script's model-server steps (trainer/launch/job_script.py) for ``plan``."""
-    from trainer.launch.job_script import ModelServerStep
-
-    steps = []
-    for server in plan.servers:
-        if server.how == "external":
-            steps.append(ModelServerStep(server.model, url=server.url))
-            continue
-        if server.nodes > 1 and not multi_node:
-            raise ModelServerError(f"{server.model}: {server.nodes} nodes: a model server across nodes needs vLLM's Ray "
-                                   "data-parallel backend, which the NeMo-RL backend's job runs; here give it one node "
-                                   "(fewer replicas) or url = ...")
-        steps.append(ModelServerStep(server.model, argv=tuple(serve_argv(server, python=python, vllm=vllm)),
-                                     nodes=server.nodes))
-    return tuple(steps)
-
-
 def resolve_source(source: str | None) -> str | None:
     """A local checkpoint folder as an absolute path (the job may start elsewhere); a hub id as is."""
     from pathlib import Path

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from trainer.config import MasterConfig
 from trainer.fleet import override_pairs
-from trainer.launch.job_script import FleetSpec, JobSpec, render_job_script
+from trainer.launch.job_script import FleetSpec, JobSpec, model_server_steps, render_job_script
 from trainer.launch.profiles import LocalProfile, SlurmProfile, WandbSettings, load_profile
 from trainer.launch.submit import LaunchError, launch, write_job_script
-from trainer.model_servers import ModelServerError, ModelServerPlan, job_steps, judge_uses, plan_model_servers
+from trainer.model_servers import ModelServerError, ModelServerPlan, judge_uses, plan_model_servers
 
 
 def fleet_overrides(envs: list[str] | tuple[str, ...], server_config: dict,
@@ -70,7 +70,7 @@ def engine_job(args: argparse.Namespace, cfg: MasterConfig, envs: list[str], pro
     name = f"verigym-{Path(cfg.data.blend).stem if cfg.data.blend else 'run'}"
     return JobSpec(name=name, job_dir=job_dir, trainer_command=tuple(command), fleet=fleet,
                    workdir=Path.cwd(), python=python,
-                   model_servers=job_steps(models, python=python, vllm=tuple(profile.vllm_command), multi_node=False))
+                   model_servers=model_server_steps(models, python=python, vllm=tuple(profile.vllm_command), multi_node=False))
 
 
 def run_engine_on_profile(args: argparse.Namespace, cfg: MasterConfig, envs: list[str]) -> int:

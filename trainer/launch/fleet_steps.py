@@ -26,19 +26,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from trainer.launch.node_process import run_supervised
-
-
-def reachable_address(route_to: str) -> str:
-    """This node's address on the interface that routes to ``route_to`` (no packet is sent)."""
-    if route_to.startswith("127.") or route_to == "localhost":
-        return "127.0.0.1"
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((route_to, 9))
-            return s.getsockname()[0]
-    except OSError:  # no route to it from here: the address this node's name resolves to
-        return socket.gethostbyname(socket.gethostname())
+from trainer.launch.model_steps import read_models
+from trainer.launch.node_process import reachable_address, run_supervised
 
 
 def judge_overrides(models_dir: Path | None, routes: list[str]) -> list[str]:
@@ -46,8 +35,6 @@ def judge_overrides(models_dir: Path | None, routes: list[str]) -> list[str]:
     of the job's model servers (trainer/launch/model_steps.py): the judges call what the job started."""
     if not routes:
         return []
-    from trainer.launch.model_steps import read_models
-
     served = read_models(models_dir) if models_dir else {}
     pairs = []
     for route in routes:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Mapping
 
 from trainer.launch.profiles import LocalProfile, SlurmProfile, WandbSettings
+from trainer.model_servers import ModelServerError, ModelServerPlan, serve_argv
 
 FLEET_FILE_NAME = "fleet.json"
 
@@ -80,6 +81,23 @@ class JobSpec:
     def fleet_file(self) -> Path:
         """Where the gate writes ``{env: [url, ...]}`` before the trainer starts."""
         return self.job_dir / FLEET_FILE_NAME
+
+
+def model_server_steps(plan: ModelServerPlan, *, python: str, vllm: tuple[str, ...] = ("vllm",),
+                       multi_node: bool = True) -> tuple[ModelServerStep, ...]:
+    """The job's model-server steps for ``plan`` (trainer/model_servers.py): started or checked."""
+    steps = []
+    for server in plan.servers:
+        if server.how == "external":
+            steps.append(ModelServerStep(server.model, url=server.url))
+            continue
+        if server.nodes > 1 and not multi_node:
+            raise ModelServerError(f"{server.model}: {server.nodes} nodes: a model server across nodes needs vLLM's Ray "
+                                   "data-parallel backend, which the NeMo-RL backend's job runs; here give it one node "
+                                   "(fewer replicas) or url = ...")
+        steps.append(ModelServerStep(server.model, argv=tuple(serve_argv(server, python=python, vllm=vllm)),
+                                     nodes=server.nodes))
+    return tuple(steps)
 
 
 def _q(value: object) -> str:

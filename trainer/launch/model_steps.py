@@ -29,8 +29,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from trainer.launch.fleet_steps import reachable_address
-from trainer.launch.node_process import run_supervised
+from trainer.launch.node_process import reachable_address, run_supervised
 
 WRONG_MODEL = 3
 

@@ -4,12 +4,14 @@ stop file appearing on the shared job folder.
 Why the file: on Slurm the job script cannot signal a process on another node, and ``scancel
 --signal`` signals every process of a step at once (Ray's GCS before its raylet has drained, an
 environment server before ``envs serve`` has asked it to drain). Touching ``RUN/stop-<role>``
-lets each step's leader stop its own child in order. Standard library only.
+lets each step's leader stop its own child in order. Also: the address a node's servers bind
+(the interface that reaches the Ray head). Standard library only.
 """
 
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -52,3 +54,15 @@ def run_supervised(argv: list[str], stop_file: Path | None, on_poll: Callable[[]
     if requested and proc.returncode in stopped_status:
         return 0
     return proc.returncode
+
+
+def reachable_address(route_to: str) -> str:
+    """This node's address on the interface that routes to ``route_to`` (no packet is sent)."""
+    if route_to.startswith("127.") or route_to == "localhost":
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((route_to, 9))
+            return s.getsockname()[0]
+    except OSError:  # no route to it from here: the address this node's name resolves to
+        return socket.gethostbyname(socket.gethostname())
