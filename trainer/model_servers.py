@@ -204,9 +204,10 @@ def plan_model_servers(uses: list[JudgeUse], *, preset: Mapping[str, Any] | None
     return plan
 
 
-def serve_argv(server: ModelServer, *, python: str, vllm: tuple[str, ...] = ("vllm",)) -> list[str]:
+def serve_argv(server: ModelServer, *, python: str, vllm: tuple[str, ...] = ("vllm",), in_ray: bool = False) -> list[str]:
     """The command that serves ``server`` (``{host}``, ``{port}``, ``{ready_file}`` are filled in on
-    its node by trainer/launch/model_steps.py)."""
+    its node by trainer/launch/model_steps.py). ``in_ray``: vLLM runs inside the job's Ray cluster and
+    places its engines there (NeMo-RL's jobs: every GPU the judges use is then one Ray knows is taken)."""
     if server.engine == "envs-model":
         return [python, "-m", "servers.cli", "model", "serve", str(server.source), "--served-model-name", server.model,
                 "--host", "{host}", "--port", "0", "--ready-file", "{ready_file}"]
@@ -214,7 +215,7 @@ def serve_argv(server: ModelServer, *, python: str, vllm: tuple[str, ...] = ("vl
             "--tensor-parallel-size", str(server.tensor_parallel)]
     if server.replicas > 1:
         argv += ["--data-parallel-size", str(server.replicas)]
-    if server.nodes > 1:  # replicas across nodes: vLLM places its engines with Ray (as NeMo-Gym's local_vllm_model)
+    if in_ray or server.nodes > 1:  # vLLM places its engines with Ray, as NeMo-Gym's local_vllm_model does
         argv += ["--data-parallel-backend", "ray", "--distributed-executor-backend", "ray"]
     return argv + list(server.vllm_args)
 

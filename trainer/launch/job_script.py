@@ -84,7 +84,7 @@ class JobSpec:
 
 
 def model_server_steps(plan: ModelServerPlan, *, python: str, vllm: tuple[str, ...] = ("vllm",),
-                       multi_node: bool = True) -> tuple[ModelServerStep, ...]:
+                       multi_node: bool = True, in_ray: bool = False) -> tuple[ModelServerStep, ...]:
     """The job's model-server steps for ``plan`` (trainer/model_servers.py): started or checked."""
     steps = []
     for server in plan.servers:
@@ -95,7 +95,7 @@ def model_server_steps(plan: ModelServerPlan, *, python: str, vllm: tuple[str, .
             raise ModelServerError(f"{server.model}: {server.nodes} nodes: a model server across nodes needs vLLM's Ray "
                                    "data-parallel backend, which the NeMo-RL backend's job runs; here give it one node "
                                    "(fewer replicas) or url = ...")
-        steps.append(ModelServerStep(server.model, argv=tuple(serve_argv(server, python=python, vllm=vllm)),
+        steps.append(ModelServerStep(server.model, argv=tuple(serve_argv(server, python=python, vllm=vllm, in_ray=in_ray)),
                                      nodes=server.nodes))
     return tuple(steps)
 

@@ -101,6 +101,16 @@ class SlurmProfile(_Strict):
     # beside the fleet) or finds at a URL (trainer/model_servers.py; docs/cluster.md)
     model_servers: dict[str, ModelServerSetting] = Field(default_factory=dict)
     vllm_command: list[str] = Field(default_factory=lambda: ["vllm"])  # `vllm serve` = this + ["serve", ...]
+    # The NeMo-RL backend (trainer/nemo_rl/launch.py): the job is NeMo-RL's own ray.sub from this
+    # checkout, with the seeds' super_launch.sh contract (container_image = CONTAINER, mounts =
+    # EXTRA_MOUNTS, account / partition = SLURM_ACCOUNT / SLURM_PARTITION, and these two).
+    nemo_rl_dir: str | None = None         # NeMo-RL's checkout on the login node (shared filesystem)
+    sandbox_container: str | None = None   # SANDBOX_CONTAINER: NeMo-Skills sandbox sidecar on every node
+    persistent_cache: str | None = None    # PERSISTENT_CACHE: vLLM / FlashInfer / Megatron caches, Gym venvs
+    # verigym's own Python for the fleet and the model servers inside NeMo-RL's container (a venv on
+    # shared storage with verigym installed: NeMo-RL's image lacks the fleet's packages). Default:
+    # the Python running `driver`.
+    fleet_python: str | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
