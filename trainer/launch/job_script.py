@@ -123,14 +123,17 @@ def _sbatch_header(profile: SlurmProfile, job: JobSpec, attached: bool) -> list[
     return [f"#SBATCH {o}" for o in opts]
 
 
-def _container_flags(profile: LocalProfile | SlurmProfile, workdir: Path) -> str:
-    if not isinstance(profile, SlurmProfile) or not profile.container_image:
+def _container_flags(profile: SlurmProfile, image: str | None, name: str, workdir: Path) -> str:
+    """Pyxis flags of a step. Named (``--container-name``): every step of the job on a node with this
+    name shares one container, so its ``/tmp`` too (an unnamed Pyxis container per step has a
+    private ``/tmp``, and Ray's sockets in the Ray step would be invisible to the trainer step:
+    NeMo-RL's ray.sub names its containers for the same reason)."""
+    if not image:
         return ""
-    mounts = list(profile.mounts)
-    flags = [f"--container-image={profile.container_image}", f"--container-workdir={workdir}"]
-    if mounts:
-        flags.append("--container-mounts=" + ",".join(mounts))
-    return " ".join(_q(f) for f in flags)
+    flags = [_q(f"--container-image={image}"), f'--container-name="{name}"', _q(f"--container-workdir={workdir}")]
+    if profile.mounts:
+        flags.append(_q("--container-mounts=" + ",".join(profile.mounts)))
+    return " ".join(flags)
 
 
 def _model_server_lines(job: JobSpec) -> list[str]:
@@ -174,6 +177,9 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
     model_nodes = job.model_nodes if slurm else 0
     in_container = slurm and bool(profile.container_image)
     py = job.python or ("python3" if in_container else sys.executable)
+    main_flags = _container_flags(profile, profile.container_image, "verigym-$JOB_ID", job.workdir) if slurm else ""
+    fleet_flags = (_container_flags(profile, profile.fleet_container_image or profile.container_image,
+                                    "verigym-fleet-$JOB_ID", job.workdir) if slurm else "")
     env = dict(job.env)
     if wandb and wandb.project:
         env.setdefault("WANDB_PROJECT", wandb.project)
@@ -203,8 +209,17 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         "# exec, so that `step ... &` leaves the step's own pid in $!.",
         'if [ -n "${SLURM_JOB_ID:-}" ]; then',
         '  mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-        f'  step() {{ local role=$1 node=$2; shift 2; exec srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" '
-        f'--job-name="verigym-$role" {_container_flags(profile, job.workdir)} "$@"; }}',
+        "  # Ray gets every CPU of its node (a one-CPU step would make Ray see one CPU); the fleet and model",
+        "  # servers run in the fleet's image when the profile names one (fleet_container_image).",
+        f"  MAIN_CONTAINER=({main_flags})",
+        f"  FLEET_CONTAINER=({fleet_flags})",
+        '  step() {',
+        '    local role=$1 node=$2; shift 2; local extra=() image=("${MAIN_CONTAINER[@]}")',
+        '    [ "$role" = ray ] && extra=(--cpus-per-task="${SLURM_CPUS_ON_NODE:-1}")',
+        '    case $role in fleet|model) image=("${FLEET_CONTAINER[@]}");; esac',
+        '    exec srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" --job-name="verigym-$role" "${extra[@]}" '
+        '"${image[@]}" "$@"',
+        '  }',
         "  # srun answers SIGTERM by killing its step: the ray/fleet leaders watch RUN/stop-ROLE instead;",
         "  # the trainer step gets SIGTERM through scancel (the driver checkpoints and stops its Ray actors)",
         '  signal_role() {',

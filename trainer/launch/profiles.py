@@ -92,6 +92,9 @@ class SlurmProfile(_Strict):
     exclusive: bool = False
     time: str = "04:00:00"
     container_image: str | None = Field(None, alias="container")  # needs Pyxis/enroot on the cluster
+    # the environment fleet and model servers run in this image instead (verigym's own: a NeMo-RL
+    # image lacks the fleet's packages); default: container_image
+    fleet_container_image: str | None = Field(None, alias="fleet_container")
     mounts: list[str] = Field(default_factory=list)  # "/host:/container", container_image only
     startup_commands: list[str] = Field(default_factory=list)
     # verigym: how many of the allocation's last nodes run the environment servers (0 = the first
@@ -116,6 +119,8 @@ class SlurmProfile(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "SlurmProfile":
+        if self.fleet_container_image and not self.container_image:
+            raise ValueError("fleet_container_image needs container_image (the image of the Ray and trainer steps)")
         if self.mounts and not self.container_image:
             raise ValueError("mounts apply to the container: set container_image too (or remove mounts)")
         if self.fleet_nodes >= self.nodes:
