@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,18 @@ NEMO_RL_CONFIGS = {"rlvr": f"{NEMO_RL}/stage1_rlvr.yaml", "swe1": f"{NEMO_RL}/st
                    "swe2": f"{NEMO_RL}/stage2_swe2.yaml", "rlhf": f"{NEMO_RL}/stage3_rlhf.yaml"}
 
 
+class _OmegaConfLoader(yaml.SafeLoader):
+    """YAML as OmegaConf (and so NeMo-RL) reads it: ``3e-7`` is a float (YAML 1.1 wants ``3.0e-7``)."""
+
+
+_OmegaConfLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+               |\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*|[-+]?\.(?:inf|Inf|INF)
+               |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
@@ -47,7 +60,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def load(repo: Path, rev: str, path: str) -> dict[str, Any]:
-    data = yaml.safe_load(_git(repo, "show", f"{rev}:{path}")) or {}
+    data = yaml.load(_git(repo, "show", f"{rev}:{path}"), Loader=_OmegaConfLoader) or {}
     parent = data.pop("defaults", None)
     if parent:
         data = _merge(load(repo, rev, str(Path(path).parent / parent)), data)
