@@ -65,8 +65,10 @@ def test_env_server_config_reaches_the_fleet_of_a_job(tmp_path, model_server):
     URL given in env.server_config. The job's fleet must get it (before: every sample judge_error,
     the job exiting 0). The URL is the user's own server, so the job starts none and checks it."""
     run = tmp_path / "run"
+    env_file = tmp_path / "env.toml"
+    env_file.write_text('[local]\nexecutor = "local"\n')  # no [local.model_servers]: the user's own GenRM
     cmd = [sys.executable, "-m", "trainer.cli", "run", "--blend", "tiny_rlhf", "-c", "tiny_rlhf", "--run", "local",
-           "--env-file", "examples/env.toml", "--data-dir", str(tmp_path / "data"), f"logger.log_dir={run}",
+           "--env-file", str(env_file), "--data-dir", str(tmp_path / "data"), f"logger.log_dir={run}",
            "grpo.max_num_steps=1", "grpo.val_at_end=false", "logger.progress_bar=false",
            f"env.server_config.genrm.judges.genrm.base_url={model_server['base_url']}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=Path(__file__).resolve().parents[2])
