@@ -175,7 +175,7 @@ def build_plan(preset_name: str, overrides: list[str], blend: Any, data_dir: Pat
     warnings += [f"model server missing: {m}" for m in models.missing]
     files = {"grpo": (out_dir / GRPO_FILE).resolve(), "gym_template": (out_dir / GYM_TEMPLATE_FILE).resolve(),
              "gym_config": gym_file}
-    return NemoRLPlan(preset, cfg, render_template(envs), envs, source, roles, models, server_config, out_dir, data_dir,
+    return NemoRLPlan(split_verigym_keys(preset)[0], cfg, render_template(envs), envs, source, roles, models, server_config, out_dir, data_dir,
                       files, warnings)
 
 

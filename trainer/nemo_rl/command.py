@@ -45,12 +45,12 @@ def run_nemo_rl(args: argparse.Namespace) -> int:
         return 2
     write_files(plan)
     job = None
-    problems = list(plan.warnings)
+    problems = []  # besides plan.warnings (printed with the plan)
     if profile_name:
         from trainer.nemo_rl import launch
 
         problems += launch.profile_problems(profile, plan)
-        if not launch.profile_problems(profile, plan)[:1] or isinstance(profile, launch.SlurmProfile):
+        if isinstance(profile, launch.SlurmProfile):
             exp_name = str(plan.config.get("logger", {}).get("wandb", {}).get("name") or f"verigym-{blend.name}")
             job = launch.render(plan, profile, exp_name=exp_name, wandb=wandb, attached=attached)
     else:
@@ -67,9 +67,9 @@ def run_nemo_rl(args: argparse.Namespace) -> int:
             print(f"cannot submit yet: {p}")
         print(f"dry run: files written to {plan.out_dir}; nothing submitted")
         return 0
-    if problems:
+    if problems or plan.warnings:
         print(format_plan(plan, described))
-        for p in problems:
+        for p in [*plan.warnings, *problems]:
             print(f"driver run: cannot submit: {p}", file=sys.stderr)
         return 2
     from trainer.launch.submit import LaunchError
