@@ -53,7 +53,8 @@ class NodeRoles:
                 f"+ fleet {self.fleet}")
 
 
-def _get(cfg: dict[str, Any], dotted: str, default: Any = None) -> Any:
+def get_path(cfg: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    """``cfg['a']['b']['c']`` for ``'a.b.c'``; ``default`` where a part is missing."""
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -68,15 +69,15 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def node_roles(cfg: dict[str, Any], model_server_nodes: int = 0, fleet_nodes: int = 0) -> NodeRoles:
-    total = _int(_get(cfg, "cluster.num_nodes"), 1)
-    gpus = _int(_get(cfg, "cluster.gpus_per_node"), 8)
-    colocated = bool(_get(cfg, "policy.generation.colocated.enabled", True))
-    rm = _int(_get(cfg, "env.reward_model.resources.num_nodes"))
+    total = _int(get_path(cfg, "cluster.num_nodes"), 1)
+    gpus = _int(get_path(cfg, "cluster.gpus_per_node"), 8)
+    colocated = bool(get_path(cfg, "policy.generation.colocated.enabled", True))
+    rm = _int(get_path(cfg, "env.reward_model.resources.num_nodes"))
     policy_nodes = total if total == 1 else total - rm
     if colocated:
         return NodeRoles(policy_nodes, 0, model_server_nodes, fleet_nodes, gpus, total, policy_nodes * gpus)
-    gen_nodes = _int(_get(cfg, "policy.generation.colocated.resources.num_nodes"), 0)
-    gen_gpus = _int(_get(cfg, "policy.generation.colocated.resources.gpus_per_node"), 0)
+    gen_nodes = _int(get_path(cfg, "policy.generation.colocated.resources.num_nodes"), 0)
+    gen_gpus = _int(get_path(cfg, "policy.generation.colocated.resources.gpus_per_node"), 0)
     if policy_nodes == 1:  # one policy node, split between training and generation
         return NodeRoles(1, 0, model_server_nodes, fleet_nodes, gpus, total, gpus - gen_gpus)
     training = policy_nodes - gen_nodes
@@ -86,13 +87,13 @@ def node_roles(cfg: dict[str, Any], model_server_nodes: int = 0, fleet_nodes: in
 def check(cfg: dict[str, Any]) -> list[str]:
     """Every start-up check of NeMo-RL's that the config would fail, one line each (why, where)."""
     problems: list[str] = []
-    total = _int(_get(cfg, "cluster.num_nodes"), 1)
-    gpus = _int(_get(cfg, "cluster.gpus_per_node"), 8)
-    colocated = bool(_get(cfg, "policy.generation.colocated.enabled", True))
+    total = _int(get_path(cfg, "cluster.num_nodes"), 1)
+    gpus = _int(get_path(cfg, "cluster.gpus_per_node"), 8)
+    colocated = bool(get_path(cfg, "policy.generation.colocated.enabled", True))
     res = "policy.generation.colocated.resources"
-    gen_nodes = _get(cfg, f"{res}.num_nodes")
-    gen_gpus = _get(cfg, f"{res}.gpus_per_node")
-    rm = _int(_get(cfg, "env.reward_model.resources.num_nodes"))
+    gen_nodes = get_path(cfg, f"{res}.num_nodes")
+    gen_gpus = get_path(cfg, f"{res}.gpus_per_node")
+    rm = _int(get_path(cfg, "env.reward_model.resources.num_nodes"))
     policy_nodes = total if total == 1 else total - rm
     if policy_nodes < 1:
         problems.append(f"cluster.num_nodes={total} leaves no policy node after {rm} reward-model nodes (grpo.py setup)")
@@ -116,7 +117,7 @@ def check(cfg: dict[str, Any]) -> list[str]:
         if gen_gpus != gpus:
             problems.append(f"{res}.gpus_per_node={gen_gpus} must equal cluster.gpus_per_node={gpus} when generation "
                             "has nodes of its own (grpo.py setup)")
-    elif _get(cfg, "grpo.async_grpo.enabled") and _get(cfg, "policy.generation.backend", "vllm") != "megatron":
+    elif get_path(cfg, "grpo.async_grpo.enabled") and get_path(cfg, "policy.generation.backend", "vllm") != "megatron":
         problems.append("async GRPO with vLLM needs non-colocated generation: set policy.generation.colocated.enabled=false "
                         "(grpo.py async_grpo_train: 'Colocated async GRPO is only supported for the Megatron generation "
                         "backend')")
@@ -127,14 +128,14 @@ def check(cfg: dict[str, Any]) -> list[str]:
 
 
 def _parallel(cfg: dict[str, Any]) -> tuple[str, int, int, int, int, int]:
-    megatron = bool(_get(cfg, "policy.megatron_cfg.enabled"))
+    megatron = bool(get_path(cfg, "policy.megatron_cfg.enabled"))
     if megatron:
         m = "policy.megatron_cfg"
-        return (m, _int(_get(cfg, f"{m}.tensor_model_parallel_size"), 1), _int(_get(cfg, f"{m}.context_parallel_size"), 1),
-                _int(_get(cfg, f"{m}.pipeline_model_parallel_size"), 1), _int(_get(cfg, f"{m}.expert_model_parallel_size"), 1),
-                _int(_get(cfg, f"{m}.expert_tensor_parallel_size"), 1) or 1)
+        return (m, _int(get_path(cfg, f"{m}.tensor_model_parallel_size"), 1), _int(get_path(cfg, f"{m}.context_parallel_size"), 1),
+                _int(get_path(cfg, f"{m}.pipeline_model_parallel_size"), 1), _int(get_path(cfg, f"{m}.expert_model_parallel_size"), 1),
+                _int(get_path(cfg, f"{m}.expert_tensor_parallel_size"), 1) or 1)
     d = "policy.dtensor_cfg"
-    return d, _int(_get(cfg, f"{d}.tensor_parallel_size"), 1), _int(_get(cfg, f"{d}.context_parallel_size"), 1), 1, 1, 1
+    return d, _int(get_path(cfg, f"{d}.tensor_parallel_size"), 1), _int(get_path(cfg, f"{d}.context_parallel_size"), 1), 1, 1, 1
 
 
 def _training_checks(cfg: dict[str, Any], world: int) -> list[str]:
@@ -148,20 +149,20 @@ def _training_checks(cfg: dict[str, Any], world: int) -> list[str]:
                         f"({where}; lm_policy.py raises ValueError at policy init)")
         return problems
     dp = world // model_parallel
-    prompts = _int(_get(cfg, "grpo.num_prompts_per_step"))
-    gens = _int(_get(cfg, "grpo.num_generations_per_prompt"))
-    gbs = _int(_get(cfg, "policy.train_global_batch_size"))
+    prompts = _int(get_path(cfg, "grpo.num_prompts_per_step"))
+    gens = _int(get_path(cfg, "grpo.num_generations_per_prompt"))
+    gbs = _int(get_path(cfg, "policy.train_global_batch_size"))
     if gbs and gbs % dp:
         problems.append(f"policy.train_global_batch_size={gbs} is not divisible by data parallel {dp} = {world} GPUs / "
                         f"(PP {pp} x CP {cp} x TP {tp}) (batched_data_dict.py shard_by_batch_size asserts at the first step)")
     if gbs and prompts * gens and (prompts * gens) % gbs:
         problems.append(f"grpo.num_prompts_per_step x num_generations_per_prompt = {prompts * gens} samples are not a "
                         f"whole number of policy.train_global_batch_size={gbs} batches (shard_by_batch_size)")
-    if _get(cfg, "loss_fn.force_on_policy_ratio") and gbs != prompts * gens:
+    if get_path(cfg, "loss_fn.force_on_policy_ratio") and gbs != prompts * gens:
         problems.append(f"loss_fn.force_on_policy_ratio needs policy.train_global_batch_size ({gbs}) == "
                         f"num_prompts_per_step x num_generations_per_prompt ({prompts * gens}) (grpo.py setup)")
-    if tp >= 4 and not _get(cfg, "loss_fn.force_on_policy_ratio") and \
-            _get(cfg, "policy.train_micro_batch_size") != _get(cfg, "policy.logprob_batch_size"):
+    if tp >= 4 and not get_path(cfg, "loss_fn.force_on_policy_ratio") and \
+            get_path(cfg, "policy.train_micro_batch_size") != get_path(cfg, "policy.logprob_batch_size"):
         problems.append("TP >= 4 needs policy.train_micro_batch_size == policy.logprob_batch_size (lm_policy.py's "
                         "batch-variant accuracy check), or loss_fn.force_on_policy_ratio=true")
     if ep * etp > 1 and (world // pp) % (ep * etp):
@@ -171,13 +172,13 @@ def _training_checks(cfg: dict[str, Any], world: int) -> list[str]:
 
 
 def _generation_checks(cfg: dict[str, Any], roles: NodeRoles) -> list[str]:
-    if _get(cfg, "policy.generation.backend", "vllm") != "vllm":
+    if get_path(cfg, "policy.generation.backend", "vllm") != "vllm":
         return []
     v = "policy.generation.vllm_cfg"
-    per_instance = _int(_get(cfg, f"{v}.tensor_parallel_size"), 1) * _int(_get(cfg, f"{v}.pipeline_parallel_size"), 1)
+    per_instance = _int(get_path(cfg, f"{v}.tensor_parallel_size"), 1) * _int(get_path(cfg, f"{v}.pipeline_parallel_size"), 1)
     if roles.generation:
         world = roles.generation * roles.gpus_per_node
-    elif not bool(_get(cfg, "policy.generation.colocated.enabled", True)):
+    elif not bool(get_path(cfg, "policy.generation.colocated.enabled", True)):
         world = roles.gpus_per_node - roles.training_gpus
     else:
         world = roles.training_gpus
@@ -188,12 +189,12 @@ def _generation_checks(cfg: dict[str, Any], roles: NodeRoles) -> list[str]:
 
 def _gym_runner_checks(cfg: dict[str, Any]) -> list[str]:
     problems = []
-    if _get(cfg, "grpo.max_val_samples") is not None:
+    if get_path(cfg, "grpo.max_val_samples") is not None:
         problems.append("grpo.max_val_samples must be null: NeMo-RL's Gym runner validates on the whole validation file "
                         "(run_grpo_nemo_gym.py raises ValueError)")
-    if _get(cfg, "grpo.async_grpo.enabled"):
+    if get_path(cfg, "grpo.async_grpo.enabled"):
         for key in ("grpo.use_dynamic_sampling", "grpo.reward_scaling.enabled", "grpo.reward_shaping.enabled",
                     "data.use_multiple_dataloader"):
-            if _get(cfg, key):
+            if get_path(cfg, key):
                 problems.append(f"{key} must be false with async GRPO (run_grpo_nemo_gym.py raises NotImplementedError)")
     return problems

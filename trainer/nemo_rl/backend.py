@@ -1,14 +1,14 @@
 """``driver run --backend nemo-rl``: a stage preset + blend + fleet -> NeMo-RL's GRPO config, the
-NeMo-Gym config for the fleet, and the trainer part of the job script.
+NeMo-Gym config for the fleet, the judge / GenRM model servers and the node roles.
 
     driver run --blend rlvr2 -c rlvr --backend nemo-rl --dry-run policy.model_name=/ckpt/sft
     driver run --blend rlvr2 -c rlvr --backend nemo-rl --run PROFILE
 
 Written under ``<logger.log_dir>/nemo_rl/``: ``grpo.yaml`` (passed to NeMo-RL's Gym GRPO runner),
 ``nemo_gym_fleet.template.yaml`` (filled with the fleet's reported addresses at job time),
-``plan.txt``. Every key of ``grpo.yaml`` is checked against NeMo-RL's recorded schema first.
-The launch module (trainer/launch) renders the job script from :func:`job_spec`: Ray over the
-allocation, the fleet, its readiness gate, then ``prepare`` and ``command`` as the trainer step.
+``plan.txt``. Every key of ``grpo.yaml`` is checked against NeMo-RL's recorded schema and NeMo-RL's
+start-up arithmetic first (trainer/nemo_rl/arithmetic.py). trainer/nemo_rl/launch.py turns the
+plan into NeMo-RL's own ``sbatch ... ray.sub`` job.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import yaml
 from trainer.config import ConfigError, apply_overrides, load_yaml_with_defaults, resolve_config_path
 from trainer.model_servers import ModelServerError, ModelServerPlan, judge_uses, plan_model_servers
 from trainer.nemo_rl import arithmetic
-from trainer.nemo_rl.arithmetic import NodeRoles, node_roles
+from trainer.nemo_rl.arithmetic import NodeRoles, get_path as _get, node_roles
 from trainer.nemo_rl.gym_config import FleetEnv, render_template
 from trainer.nemo_rl.schema import check_config, schema_version
 
@@ -61,15 +61,6 @@ class NemoRLPlan:
         """Fill the fleet's reported addresses into the Gym config (after the readiness gate)."""
         return [python, str(Path(__file__).with_name("gym_config.py")), "--template", str(self.files["gym_template"]),
                 "--fleet", FLEET_FILE_SLOT, "--output", str(self.files["gym_config"])]
-
-
-def _get(cfg: dict[str, Any], dotted: str, default: Any = None) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
 
 
 def _pop(cfg: dict[str, Any], dotted: str) -> Any:
