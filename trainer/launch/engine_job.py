@@ -84,10 +84,7 @@ def run_engine_on_profile(args: argparse.Namespace, cfg: MasterConfig, envs: lis
     except ModelServerError as exc:
         raise LaunchError(str(exc)) from None
     print("\n".join(models.lines()))
-    if models.missing:
-        if args.dry_run:
-            print("# cannot submit: a model server is missing (above)")
-            return 0
+    if models.missing and not args.dry_run:
         raise LaunchError(f"{len(models.missing)} model server(s) missing: {models.missing[0]}")
     if args.dry_run:
         script = write_job_script(profile, job, attached=attached, wandb=wandb)
@@ -96,5 +93,7 @@ def run_engine_on_profile(args: argparse.Namespace, cfg: MasterConfig, envs: lis
         if not envs and not cfg.env.urls:
             print("# no environment servers in this script: they come from the prepared data "
                   f"(`driver data prep --blend {cfg.data.blend}`), which a real submission prepares first")
+        if models.missing:
+            print("# cannot submit: a model server is missing (MISSING above)")
         return 0
     return launch(profile, job, attached=attached, wandb=wandb)
