@@ -136,7 +136,8 @@ class EndpointSpec:
     method_name: str
 
 
-RESERVED_ROUTES = frozenset({"verify", "seed_session", "aggregate_metrics", "mcp", "health", "metrics", "info"})
+RESERVED_ROUTES = frozenset({"verify", "seed_session", "close_session", "aggregate_metrics", "mcp", "health", "metrics",
+                             "info"})
 
 
 class Runtime:
