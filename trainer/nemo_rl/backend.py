@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from trainer.config import ConfigError, apply_overrides, load_yaml_with_defaults, resolve_config_path
-from trainer.nemo_rl.gym_config import GYM_ROOT, FleetEnv, render_template
+from trainer.nemo_rl.gym_config import GYM_ROOT, FleetEnv, fleet_env, render_template
 from trainer.nemo_rl.schema import check_config, schema_version
 
 GRPO_FILE = "grpo.yaml"
@@ -32,6 +32,9 @@ GYM_FILE = "nemo_gym_fleet.yaml"
 VLLM_MODEL_CONFIG = "responses_api_models/vllm_model/configs/vllm_model_for_training.yaml"
 # NeMo-RL's Gym GRPO entry point, run from the NeMo-RL checkout in its container.
 NEMO_RL_WORKDIR = "/opt/nemo-rl"
+# The Gym checkout NeMo-RL's containers carry (a uv workspace member, installed editable): its
+# version picks the Gym config's form and where verigym's stand-in server goes (gym_install.py).
+NEMO_GYM_ROOT = f"{NEMO_RL_WORKDIR}/3rdparty/Gym-workspace/Gym"
 NEMO_RL_RUNNER = "examples/nemo_gym/run_grpo_nemo_gym.py"
 FLEET_FILE_SLOT = "{fleet_file}"  # the launch module substitutes the fleet's address report
 UNSET = "???"  # OmegaConf's mandatory value
@@ -136,7 +139,7 @@ def fleet_envs(blend: Any, data_dir: Path) -> tuple[list[FleetEnv], str]:
             raise ConfigError(f"environment {name!r} (from {source}) does not load: {error}")
         info = catalog.described[name]
         agents = list(info.get("agent_names", ())) + [a for a, e in blend.agents.items() if e == name and a != name]
-        envs.append(FleetEnv(name, str(info.get("domain", "")), tuple(dict.fromkeys(agents or [name]))))
+        envs.append(fleet_env(name, info, tuple(dict.fromkeys(agents or [name])), blend.agent_settings))
     return envs, source
 
 
@@ -171,7 +174,8 @@ def build_plan(preset_name: str, overrides: list[str], blend: Any, data_dir: Pat
     job = TrainerJob(
         backend="nemo-rl", envs=[e.name for e in envs], workdir=NEMO_RL_WORKDIR,
         prepare=[["python3", str(Path(__file__).with_name("gym_config.py")), "--template", str((out_dir / GYM_TEMPLATE_FILE).resolve()),
-                  "--fleet", FLEET_FILE_SLOT, "--output", str(gym_file)]],
+                  "--fleet", FLEET_FILE_SLOT, "--output", str(gym_file), "--gym-root", NEMO_GYM_ROOT,
+                  "--grpo", str(grpo_file)]],
         command=["uv", "run", "python", NEMO_RL_RUNNER, "--config", str(grpo_file)],
         env={"NEMO_GYM_EXTRA_ROOTS": str(GYM_ROOT)}, roles=roles,
         files={"grpo": grpo_file, "gym_template": (out_dir / GYM_TEMPLATE_FILE).resolve(), "gym_config": gym_file})

@@ -1,0 +1,198 @@
+"""verigym against the real NeMo-Gym (its own code as the client; see conftest.py for the venvs).
+
+* Gym's config parser on every blend's fleet config, in the form for that Gym (strict mode
+  ``error_on_agent_without_environment_server`` on 0.7: no error, no deprecation warning);
+* Gym's own response models on every kind of verigym reply (verify, masked failures, the 0.7
+  seed/close replies, aggregate metrics) and Gym 0.7's session-contract checker;
+* Gym's spinup of the fleet config (``RunHelper().start`` the way NeMo-RL's Gym actor calls it)
+  with real verigym servers behind it, then ``ng_collect_rollouts`` through Gym's agents with
+  ``envs model serve tiny`` as the policy: a stateless env (mcqa), a session env with tools
+  (workplace_assistant), a sandboxed env (code, bubblewrap) and a judged env
+  (equivalence_llm_judge, scripted judge: the one test double, a large judge model); one row
+  verigym cannot score ends as a masked sample and the collection goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.gym.conftest import REPO, gym_python, run_driver, site_packages, version_tuple
+
+from trainer.blends import available, load_blend
+from trainer.nemo_rl.backend import build_plan
+from trainer.nemo_rl.gym_config import GYM_ROOT, fill_addresses, fleet_env, for_gym_version, render_template
+from trainer.nemo_rl.gym_install import gym_version, install_stand_in
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.mark.parametrize("blend", available())
+def test_gyms_parser_accepts_every_blends_fleet_config(gym, blend, tmp_path):
+    version, python = gym
+    plan = build_plan("rlvr_test", [f"logger.log_dir={tmp_path / 'run'}"], load_blend(blend), tmp_path / "data")
+    if not plan.envs:
+        pytest.skip(f"blend {blend} routes to no installed environment")
+    filled = fill_addresses(plan.gym_template, {e.name: f"http://127.0.0.1:{41000 + i}" for i, e in enumerate(plan.envs)})
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump(for_gym_version(filled, version_tuple(version))))
+    strict = ["--strict"] if version_tuple(version) >= (0, 7) else []
+    out = run_driver(python, "parse", str(config), *strict, cwd=tmp_path)
+    agents = sum(len(e.agent_names) for e in plan.envs)
+    assert out["kinds"]["resources_servers"] == len(plan.envs) and out["kinds"]["responses_api_agents"] == agents
+    if version_tuple(version) >= (0, 7):
+        assert out["kinds"]["environment_servers"] == agents
+    assert out["deprecations"] == []
+
+
+def test_the_pre_07_form_is_what_07s_strict_mode_refuses(tmp_path):
+    """The control: the agent-only form (what every Gym before 0.7 takes) fails 0.7's strict mode
+    and draws the deprecation warning without it, so the test above can fail."""
+    python = gym_python("0.7.0")
+    plan = build_plan("rlvr_test", [f"logger.log_dir={tmp_path / 'run'}"], load_blend("tiny"), tmp_path / "data")
+    filled = fill_addresses(plan.gym_template, {e.name: "http://127.0.0.1:41000" for e in plan.envs})
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump(for_gym_version(filled, (0, 4, 0))))
+    done = subprocess.run([str(python), str(Path(__file__).with_name("gym_driver.py")), "parse", str(config),
+                           "--strict"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode != 0 and "AgentWithoutEnvironmentServerError" in done.stderr
+    out = run_driver(python, "parse", str(config), cwd=tmp_path)
+    assert out["deprecations"] and "DEPRECATED: agents without an environment server" in out["deprecations"][0]
+
+
+# ---- Gym's response models on verigym's replies --------------------------------------------------------
+
+async def _collect_replies(tmp_path: Path) -> dict[str, list[Any]]:
+    import aiohttp
+
+    from servers import registry
+    from servers.app import start_server
+    from servers.wire import SESSION_COOKIE, UNSCORABLE_HEADER
+
+    rows = {name: [json.loads(line) for line in (REPO / "environments" / name / "data" / "example.jsonl")
+                   .read_text().splitlines()] for name in ("mcqa", "workplace_assistant", "tool_call")}
+    out: dict[str, list[Any]] = {"verify": [], "aggregate": [], "seed07": [], "close07": [], "seed_legacy": []}
+    for name, examples in rows.items():
+        server = await start_server(registry.instantiate(name))
+        try:
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http:
+                async def post(path: str, body: Any, **kw: Any) -> tuple[int, Any, Any]:
+                    async with http.post(server.url + path, json=body, **kw) as r:
+                        return r.status, await r.json(), r.cookies.get(SESSION_COOKIE)
+
+                for i, example in enumerate(examples):
+                    body = {k: v for k, v in example.items() if not k.startswith("_")}
+                    status, reply, _ = await post("/verify", body, headers={UNSCORABLE_HEADER: "mask"})
+                    assert status == 200, reply
+                    out["verify"].append(reply)
+                    row = {k: v for k, v in body.items() if k != "response"}
+                    status, seeded, cookie = await post("/seed_session", {
+                        "resources_session_id": f"{name}-{i}", "episode_id": {"rollout_id": f"{i}-0", "attempt": 0},
+                        "task_id": {"taskset": name, "task_id": str(i)}, "task_data": row})
+                    assert status == 200, seeded
+                    out["seed07"].append(seeded)
+                    status, reply, _ = await post("/verify", body, cookies={SESSION_COOKIE: cookie.value})
+                    out["verify"].append(reply)
+                    status, closed, _ = await post("/close_session", {
+                        "resources_session_id": f"{name}-{i}", "episode_id": {"rollout_id": f"{i}-0", "attempt": 0}})
+                    assert status == 200, closed
+                    out["close07"].append(closed)
+                    status, seeded, _ = await post("/seed_session", row)
+                    out["seed_legacy"].append(seeded)
+                status, agg, _ = await post("/aggregate_metrics", {"verify_responses": [
+                    {**r, "_ng_task_index": i // 2, "_ng_rollout_index": i % 2}
+                    for i, r in enumerate(out["verify"][-2 * len(examples):])]})
+                assert status == 200
+                out["aggregate"].append(agg)
+        finally:
+            await server.stop(drain_timeout=5)
+    return out
+
+
+async def test_every_reply_validates_against_gyms_own_models(gym, tmp_path):
+    version, python = gym
+    replies = await _collect_replies(tmp_path)
+    masked = [r for r in replies["verify"] if r.get("mask_sample")]
+    assert masked and {r["failure_kind"] for r in masked} >= {"verigym:invalid_row"}
+    (tmp_path / "replies.json").write_text(json.dumps(replies))
+    out = run_driver(python, "models", str(tmp_path / "replies.json"), cwd=tmp_path)
+    assert out["checked"]["BaseVerifyResponse"] == len(replies["verify"])
+    assert out["checked"]["AggregateMetrics"] == len(replies["aggregate"])
+    if version_tuple(version) >= (0, 7):
+        assert out["checked"]["ResourcesSeedSessionResponse"] == len(replies["seed07"])
+        assert out["checked"]["ResourcesCloseSessionResponse"] == len(replies["close07"])
+
+
+def test_gyms_session_contract_checker_passes(tmp_path):
+    """``nemo_gym.testing.session_conformance.check_resources_session_contract`` (Gym 0.7) against
+    a running verigym server, through a small ASGI app that relays each request to it over HTTP
+    (the checker drives an ASGI app; the server under test is a real one on loopback)."""
+    python = gym_python("0.7.0")
+    env = {**os.environ, "VERIGYM_ENV_PATH": str(REPO / "tests" / "server_envs")}
+    ready = tmp_path / "ready.json"
+    server = subprocess.Popen([sys.executable, "-m", "servers.cli", "serve", "probe", "--port", "0",
+                               "--ready-file", str(ready)], env=env, cwd=REPO, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(ready, server)
+        url = json.loads(ready.read_text())["urls"]["probe"]
+        (tmp_path / "check.py").write_text(SESSION_CHECK)
+        done = subprocess.run([str(python), "check.py", url], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert done.returncode == 0 and "contract ok" in done.stdout, done.stdout + done.stderr[-3000:]
+    finally:
+        _stop(server)
+
+
+SESSION_CHECK = '''
+import sys
+import httpx
+from fastapi import FastAPI, Request, Response
+from nemo_gym.base_resources_server import ResourcesSeedSessionRequest
+from nemo_gym.testing.session_conformance import check_resources_session_contract
+
+target = sys.argv[1]
+app = FastAPI()
+
+@app.post("/{path:path}")
+async def relay(path: str, request: Request) -> Response:
+    async with httpx.AsyncClient() as client:
+        reply = await client.post(f"{target}/{path}", content=await request.body(),
+                                  headers={"Content-Type": "application/json", "Cookie": request.headers.get("cookie", "")})
+    response = Response(content=reply.content, status_code=reply.status_code, media_type="application/json")
+    for value in reply.headers.get_list("set-cookie"):
+        response.headers.append("set-cookie", value)
+    return response
+
+seed = ResourcesSeedSessionRequest(resources_session_id="conformance-1", episode_id={"rollout_id": "1-0"},
+                                   task_id={"taskset": "probe", "task_id": "1"},
+                                   task_data={"responses_create_params": {"input": "q"}, "mode": "session"})
+check_resources_session_contract(app, seed, keeps_state=True)
+print("contract ok")
+'''
+
+
+def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        assert process.poll() is None, f"process exited with {process.returncode}"
+        assert time.monotonic() < deadline, f"{path} not written in {timeout}s"
+        time.sleep(0.2)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
