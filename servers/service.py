@@ -247,7 +247,9 @@ class EnvService:
                                         {"episode_id": existing.episode})
                     return status, err, None
                 return 200, {"resources_session_id": rsid}, existing.id
-            row = seed.task_data
+            # Gym 0.7 gives the prompt to the agent and the row's other fields to the resources
+            # server: the seed sees the row with an empty prompt (verify gets the whole row).
+            row = {"responses_create_params": {"input": []}, **seed.task_data}
         else:
             row = body
         if self.sessions.full:

@@ -19,6 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("gym_driver.py")
+RESULT_MARK = "GYM_DRIVER_RESULT "
 CI_VERSION = "0.7.0"
 OPT_IN_VERSIONS = ("0.4.0",)
 GYM_VERSIONS = (CI_VERSION, *OPT_IN_VERSIONS)
@@ -52,8 +53,12 @@ def run_driver(python: Path, *args: str, cwd: Path, env: dict[str, str] | None =
                timeout: float = 600) -> dict[str, Any]:
     done = subprocess.run([str(python), str(DRIVER), *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, **(env or {})}, timeout=timeout)
+    # Gym's servers print into the driver's output: kept beside the test's files for a failure's story
+    (cwd / f"gym_driver_{args[0]}.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
     assert done.returncode == 0, f"gym_driver {args[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    marked = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    assert marked, f"gym_driver {args[0]} printed no result:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return json.loads(marked[-1][len(RESULT_MARK):])
 
 
 @pytest.fixture(params=GYM_VERSIONS)

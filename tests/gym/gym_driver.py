@@ -5,7 +5,7 @@ code as the client of verigym's fleet config and servers. Standard library + NeM
     python gym_driver.py models  REPLIES.json              Gym's response models on saved replies
     python gym_driver.py run     CONFIG ROWS OUT [--strict] RunHelper.start as NeMo-RL's Gym actor
                                                            calls it, then ng_collect_rollouts
-Each prints one JSON object on its last line.
+Each prints one line ``GYM_DRIVER_RESULT <json>`` (Gym and Ray print around it).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 import nemo_gym
 from omegaconf import DictConfig, OmegaConf
 
+RESULT_MARK = "GYM_DRIVER_RESULT "
 GYM_ROOT = Path(nemo_gym.__file__).resolve().parent.parent  # Gym's PARENT_DIR
 VERSION = tuple(int(x) for x in nemo_gym.__version__.split(".")[:2])
 POLICY = {"policy_base_url": os.environ.get("POLICY_BASE_URL", "http://127.0.0.1:9/v1"),
@@ -134,7 +135,7 @@ def main() -> int:
         result = run(rest[0], rest[1], rest[2], strict)
     else:
         raise SystemExit(f"unknown command {command!r}")
-    print(json.dumps(result, default=str))
+    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
     return 0
 
 

@@ -196,3 +196,149 @@ def _stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+# ---- Gym's spinup + ng_collect_rollouts through Gym's agents ----------------------------------------------
+
+ROLLOUT_ENVS = ("mcqa", "workplace_assistant", "code", "equivalence_llm_judge")
+JUDGE_TABLE = "default: \"The two answers differ.\\n\\n[[A!=B]] they are not equivalent\"\n"
+
+
+def _example_rows(env: str, agent: str, count: int) -> list[dict[str, Any]]:
+    """The environment's shortest example rows as Gym's collector takes them: the row fields only,
+    routed to ``agent``. The tiny policy reads 2048 tokens (bytes): a workplace row offers only
+    the tools its ground truth calls (still a valid row of that environment)."""
+    rows = []
+    for line in (REPO / "environments" / env / "data" / "example.jsonl").read_text().splitlines():
+        example = json.loads(line)
+        expected = example.get("_expected", {})
+        if expected.get("status", 200) != 200 or expected.get("failure_class"):
+            continue  # rows the environment refuses or cannot score: the dedicated bad row covers that
+        row = {k: v for k, v in example.items() if not k.startswith("_") and k != "response"}
+        row["agent_ref"] = {"type": "responses_api_agents", "name": agent}
+        called = {call.get("name") for call in row.get("ground_truth") or [] if isinstance(call, dict)}
+        if called:
+            params = row["responses_create_params"]
+            params["tools"] = [t for t in params.get("tools", []) if t.get("name") in called]
+        rows.append(row)
+    rows.sort(key=lambda r: len(json.dumps(r["responses_create_params"])))
+    return rows[:count]
+
+
+def _prebuilt_gym_venvs(venv_dir: Path, python: Path, config: dict[str, Any]) -> None:
+    """Gym's own servers (agents, environment servers, the model server) run in venvs this test
+    prebuilds as links to the Gym venv (what a container prefetches), so nothing is installed at
+    spinup: ``uv_venv_dir`` + ``skip_venv_if_present``, as NeMo-RL's super_launch.sh runs."""
+    gym_venv = python.parent.parent
+    for instance in config.values():
+        if not isinstance(instance, dict):
+            continue
+        for server_type, impls in instance.items():
+            for impl in impls:
+                if impl == "verigym_remote":
+                    continue
+                link = venv_dir / server_type / impl / ".venv"
+                if not link.exists():
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    link.symlink_to(gym_venv, target_is_directory=True)
+
+
+def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def _url_from_log(log: Path, process: subprocess.Popen, marker: str, timeout: float = 300) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in log.read_text(errors="replace").splitlines():
+            if marker in line:
+                return line.split(marker, 1)[1].split()[0]
+        assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, f"no {marker!r} in {log} after {timeout}s"
+        time.sleep(0.2)
+
+
+def test_gym_spins_up_the_fleet_config_and_collects_rollouts_through_its_agents(gym, tmp_path):
+    from servers.wire import UNSCORABLE_HEADER  # noqa: F401 - documents the header the agents do not send
+    from trainer.env_catalog import installed
+    from trainer.fleet import Fleet
+
+    version, python = gym
+    gym_root = site_packages(python)
+    assert gym_version(gym_root) == version_tuple(version)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (tmp_path / "judge.yaml").write_text(JUDGE_TABLE)
+    judge = _start([sys.executable, "-m", "servers.scripted_judge", "--table", str(tmp_path / "judge.yaml"),
+                    "--port", "0"], logs / "judge.log")
+    model_ready = tmp_path / "model.json"
+    model = _start([sys.executable, "-m", "servers.cli", "model", "serve", "tiny", "--port", "0",
+                    "--max-tokens", "24", "--ready-file", str(model_ready)], logs / "model.log")
+    processes = [judge, model]
+    try:
+        judge_url = _url_from_log(logs / "judge.log", judge, "scripted judge on ")
+        catalog = installed()
+        envs = [fleet_env(name, catalog.described[name], tuple(catalog.described[name]["agent_names"][:1]))
+                for name in ROLLOUT_ENVS]
+        overrides = {"equivalence_llm_judge": {"judges": {"judge": {"base_url": judge_url, "model": "scripted-judge"}}}}
+        with Fleet(list(ROLLOUT_ENVS), overrides=overrides, log_dir=logs) as fleet:
+            config = for_gym_version(fill_addresses(render_template(envs), fleet.urls), version_tuple(version))
+            venv_dir = tmp_path / "venvs"
+            settings, notes = install_stand_in(gym_root, version_tuple(version), GYM_ROOT,
+                                               {"uv_venv_dir": str(venv_dir)})
+            assert settings == {"skip_venv_if_present": True}, notes
+            config.update(settings, uv_venv_dir=str(venv_dir))
+            _prebuilt_gym_venvs(venv_dir, python, {**config, "policy_model": {"responses_api_models": {"vllm_model": {}}}})
+            (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(config))
+
+            rows = []
+            for env in envs:
+                rows += _example_rows(env.name, env.agent_names[0], 2)
+            # A row Gym's own server scores and verigym cannot (code with no expected outputs: every
+            # program would pass): it must end as a masked sample and the collection go on.
+            bad = json.loads(json.dumps(next(r for r in rows if r["agent_ref"]["name"] == envs[2].agent_names[0])))
+            bad["verifier_metadata"]["unit_tests"]["outputs"] = []
+            rows.append(bad)
+            (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            _wait_for(model_ready, model)
+            policy = json.loads(model_ready.read_text())
+            out = run_driver(python, "run", str(tmp_path / "fleet.yaml"), str(tmp_path / "rows.jsonl"),
+                             str(tmp_path / "rollouts.jsonl"), *(["--strict"] if version_tuple(version) >= (0, 7) else []),
+                             cwd=tmp_path, timeout=840,
+                             env={"POLICY_BASE_URL": policy["base_url"], "POLICY_MODEL": policy["model"],
+                                  "NEMO_GYM_EXTRA_ROOTS": str(GYM_ROOT)})
+    finally:
+        for process in processes:
+            _stop(process)
+    assert out["returncode"] == 0, out["stderr_tail"] + out["stdout_tail"]
+    results = out["results"] + out["failures"]
+    assert len(results) == len(rows), (len(results), len(rows), out["stderr_tail"])
+    by_agent: dict[str, list[dict[str, Any]]] = {}
+    for result in results:
+        by_agent.setdefault(result["agent_ref"]["name"], []).append(result)
+    assert set(by_agent) == {env.agent_names[0] for env in envs}
+    masked = [r for r in results if r.get("mask_sample") or (r.get("instance_config") or {}).get("mask_sample")]
+    invalid = [r for r in masked if r.get("failure_kind") == "verigym:invalid_row"]
+    assert len(invalid) == 1 and invalid[0]["verifier_metadata"]["unit_tests"]["outputs"] == [], \
+        [(r["agent_ref"]["name"], r.get("failure_kind"), r.get("failure_reason")) for r in masked]
+    assert invalid[0]["instance_config"]["mask_sample"] is True and "outputs" in invalid[0]["failure_reason"]
+    scored = [r for r in results if r not in masked]
+    assert len(scored) == len(rows) - 1 and all(isinstance(r["reward"], float) for r in scored), \
+        [(r["agent_ref"]["name"], r.get("failure_kind"), r.get("failure_reason")) for r in masked]
+    if version_tuple(version) >= (0, 7):
+        # a result with mask_sample (Gym 0.7 leaves it out of its quality metrics, as coverage)
+        assert not out["failures"] and invalid[0] in out["results"], out["failures"]
+    else:
+        # Gym <= 0.6 moves a row with _ng_failure_class to its failures file, out of the metrics;
+        # terminal: a resumed collection does not send it again
+        assert out["failures"] == invalid and invalid[0]["_ng_failure_terminal"] is True
+    sessions = [r for r in scored if r["agent_ref"]["name"] == envs[1].agent_names[0]]
+    assert sessions and all(r["state_source"] == "session" for r in sessions)  # verified on the seeded state
+    judged = [r for r in scored if r["agent_ref"]["name"] == envs[3].agent_names[0]]
+    assert judged and all(r["judge_evaluations"][0]["verdict_label"] == "[[A!=B]]" for r in judged)
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps({"verify": [{k: v for k, v in r.items() if k in r} for r in results]}))
+    checked = run_driver(python, "models", str(replies), cwd=tmp_path)
+    assert checked["checked"]["BaseVerifyResponse"] == len(results)
