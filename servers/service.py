@@ -54,6 +54,11 @@ def validation_detail(exc: ValidationError, prefix: str = "") -> list[dict[str, 
     return out
 
 
+def problems_text(detail: list[dict[str, Any]]) -> str:
+    """``validation_detail`` as one line: ``loc: msg; ...`` (a whole-row problem without ``loc``)."""
+    return "; ".join(f"{d['loc']}: {d['msg']}" if d["loc"] else d["msg"] for d in detail)
+
+
 class EnvService:
     def __init__(self, env: Environment):
         self.env = env
@@ -181,8 +186,7 @@ class EnvService:
             return error(422, message, detail)
         if session is not None:
             await self.sessions.pop_and_close(session.id)
-        reason = message + ": " + "; ".join(f"{d['loc']}: {d['msg']}" for d in detail)
-        return self._masked(body, FailureClass.INVALID_ROW, reason, legacy=legacy)
+        return self._masked(body, FailureClass.INVALID_ROW, f"{message}: {problems_text(detail)}", legacy=legacy)
 
     def _masked(self, body: dict[str, Any], failure: FailureClass, detail: str, *, legacy: bool) -> Reply:
         self.metrics.observe_verify(0.0, 0.0, failure.value)
@@ -266,7 +270,7 @@ class EnvService:
                 self.env.Row.model_validate(row)
             except ValidationError as exc:
                 failure = SessionFailure(FailureClass.INVALID_ROW, "the row does not match this environment's "
-                                         "fields: " + "; ".join(f"{d['loc']}: {d['msg']}" for d in validation_detail(exc)))
+                                         f"fields: {problems_text(validation_detail(exc))}")
         if failure is None:
             try:
                 state = await asyncio.wait_for(self.env.seed_session(row), self.env.config.verify_timeout_s)
