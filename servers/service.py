@@ -152,7 +152,6 @@ class EnvService:
             self.metrics.rejected_overload += 1
             return error(503, "server overloaded: too many verifications queued; retry later",
                          {"retry_after_s": 1, "max_queued": cfg.max_queued})
-        session = self.sessions.get(session_id) if session_id else None
         self.metrics.queued += 1
         start = time.perf_counter()
         async with self._slots:
@@ -189,7 +188,7 @@ class EnvService:
         return self._masked(body, FailureClass.INVALID_ROW, f"{message}: {problems_text(detail)}", legacy=legacy)
 
     def _masked(self, body: dict[str, Any], failure: FailureClass, detail: str, *, legacy: bool) -> Reply:
-        self.metrics.observe_verify(0.0, 0.0, failure.value)
+        self.metrics.failures[failure.value] += 1  # counted like any failure; no verification ran to time
         return 200, build_reply(body, Verdict.failure(failure, detail), legacy=legacy)
 
     async def _run_verify(self, row: Any, response: ResponseObject, state: Any) -> Verdict:

@@ -155,6 +155,9 @@ async def test_an_unscorable_row_is_a_422_for_a_bare_verify_and_masked_inside_a_
     assert status == 422
     status, reply, _ = await post(http, server.url + "/verify", bad, headers={UNSCORABLE_HEADER: "sometimes"})
     assert status == 400 and UNSCORABLE_HEADER in reply["error"]
+    async with http.get(server.url + "/metrics") as r:
+        metrics = await r.text()
+    assert 'verigym_failures_total{env="probe",class="invalid_row"} 2' in metrics  # the two masked answers
 
 
 async def test_an_unscorable_row_through_gym_07s_seed_is_masked_without_legacy_keys(server, http):
