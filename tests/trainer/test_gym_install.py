@@ -196,3 +196,16 @@ def test_filled_template_round_trips_through_the_filler(tmp_path):
     assert filled["code"]["resources_servers"]["verigym_remote"]["port"] == 9
     assert filled["code_gen_environment_server"]["environment_servers"]["single_agent_turn_legacy"][
         "resources_tool_transports"] == ["direct_http"]
+
+
+def test_the_plans_fleet_config_carries_declared_agent_settings(tmp_path):
+    """swe_pivot declares one model turn (NeMo-Gym's swe_pivot config): its agents get max_steps 1;
+    an environment that declares none leaves the agent's default."""
+    from trainer.blends import load_blend
+    from trainer.nemo_rl.backend import build_plan
+
+    plan = build_plan("rlvr_test", [f"logger.log_dir={tmp_path / 'run'}"], load_blend("rlvr2"), tmp_path / "data")
+    agents = {k: v["responses_api_agents"]["simple_agent"] for k, v in plan.gym_template.items()
+              if "responses_api_agents" in v}
+    assert agents["swe_pivot_simple_agent"]["max_steps"] == 1
+    assert "max_steps" not in agents["math_with_judge_simple_agent"]
