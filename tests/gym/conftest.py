@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,10 @@ DRIVER = Path(__file__).with_name("gym_driver.py")
 RESULT_MARK = "GYM_DRIVER_RESULT "
 CI_VERSION = "0.7.0"
 OPT_IN_VERSIONS = ("0.4.0",)
-GYM_VERSIONS = (CI_VERSION, *OPT_IN_VERSIONS)
+# VERIGYM_GYM_VERSIONS=0.3.0rc0,... runs the tests against other Gym venvs put in the same folder
+# (gym-<version>), e.g. a Gym installed from the commit a NeMo-RL release pins.
+GYM_VERSIONS = tuple(v for v in os.environ.get("VERIGYM_GYM_VERSIONS", "").split(",") if v) or \
+    (CI_VERSION, *OPT_IN_VERSIONS)
 
 
 def venv_root() -> Path:
@@ -38,7 +42,8 @@ def gym_python(version: str) -> Path:
 
 
 def version_tuple(version: str) -> tuple[int, int, int]:
-    major, minor, patch = (int(x) for x in version.split(".")[:3])
+    """``"0.3.0rc0"`` -> ``(0, 3, 0)``."""
+    major, minor, patch = (int(re.match(r"\d+", x).group()) for x in version.split(".")[:3])
     return major, minor, patch
 
 
