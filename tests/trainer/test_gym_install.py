@@ -209,3 +209,10 @@ def test_the_plans_fleet_config_carries_declared_agent_settings(tmp_path):
               if "responses_api_agents" in v}
     assert agents["swe_pivot_simple_agent"]["max_steps"] == 1
     assert "max_steps" not in agents["math_with_judge_simple_agent"]
+
+
+def test_gym_02_gets_other_for_the_rlhf_domain_it_does_not_know():
+    config = render_template([FleetEnv("genrm", "rlhf", ("genrm_simple_agent",))])
+    assert for_gym_version(config, (0, 2, 0))["genrm"]["resources_servers"]["verigym_remote"]["domain"] == "other"
+    assert for_gym_version(config, (0, 3, 0))["genrm"]["resources_servers"]["verigym_remote"]["domain"] == "rlhf"
+    assert config["genrm"]["resources_servers"]["verigym_remote"]["domain"] == "rlhf"  # the template is unchanged

@@ -47,9 +47,11 @@ REMOTE_IMPL = "verigym_remote"
 ENVIRONMENT_SERVER_IMPL = "single_agent_turn_legacy"
 ENVIRONMENT_SERVERS = "environment_servers"
 FIRST_ENVIRONMENT_SERVER_GYM = (0, 7)
-# NeMo-Gym's Domain enum (nemo_gym/config_types.py); a resources server must name one.
+# NeMo-Gym's Domain enum (nemo_gym/config_types.py); a resources server must name one. Gym 0.2
+# (NeMo-RL v0.5.0's container) has no "rlhf": an instance naming it is refused as an almost-server.
 GYM_DOMAINS = ("math", "coding", "agent", "knowledge", "instruction_following", "long_context", "safety", "games",
                "translation", "e2e", "rlhf", "other")
+FIRST_RLHF_DOMAIN_GYM = (0, 3)
 # The simple_agent keys an environment or a blend may set (trainer.blends.AgentSettings).
 AGENT_SETTING_KEYS = ("max_steps",)
 
@@ -136,10 +138,18 @@ def render_template(envs: list[FleetEnv]) -> dict[str, Any]:
 
 def for_gym_version(config: dict[str, Any], version: tuple[int, ...]) -> dict[str, Any]:
     """The config in the form Gym ``version`` accepts: Gym < 0.7 has no environment servers
-    (it would try to start ``environment_servers/...`` and find no such folder)."""
+    (it would try to start ``environment_servers/...`` and find no such folder); Gym < 0.3 has no
+    ``rlhf`` domain (``other`` there)."""
     if tuple(version[:2]) >= FIRST_ENVIRONMENT_SERVER_GYM:
         return config
-    return {k: v for k, v in config.items() if not (isinstance(v, dict) and ENVIRONMENT_SERVERS in v)}
+    out = {k: v for k, v in config.items() if not (isinstance(v, dict) and ENVIRONMENT_SERVERS in v)}
+    if tuple(version[:2]) < FIRST_RLHF_DOMAIN_GYM:
+        out = json.loads(json.dumps(out))
+        for instance in out.values():
+            inner = instance.get("resources_servers", {}).get(REMOTE_IMPL) if isinstance(instance, dict) else None
+            if inner is not None and inner.get("domain") == "rlhf":
+                inner["domain"] = "other"
+    return out
 
 
 class FleetAddressError(ValueError):
