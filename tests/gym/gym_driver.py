@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 RESULT_MARK = "GYM_DRIVER_RESULT "
 GYM_ROOT = Path(nemo_gym.__file__).resolve().parent.parent  # Gym's PARENT_DIR
 VERSION = tuple(int(x) for x in nemo_gym.__version__.split(".")[:2])
+COLLECT_TIMEOUT_S = float(os.environ.get("COLLECT_TIMEOUT_S", 600))
 POLICY = {"policy_base_url": os.environ.get("POLICY_BASE_URL", "http://127.0.0.1:9/v1"),
           "policy_api_key": "dummy_key", "policy_model_name": os.environ.get("POLICY_MODEL", "tiny")}
 
@@ -65,16 +66,17 @@ def parse(config: str, strict: bool) -> dict:
 def models(path: str) -> dict:
     """Validate saved verigym replies with the installed Gym's own models."""
     from nemo_gym import base_resources_server as brs
-    from nemo_gym.config_types import AggregateMetrics
+    from nemo_gym import config_types
 
     checked: dict[str, int] = {}
     data = json.loads(Path(path).read_text())
     for reply in data["verify"]:
         brs.BaseVerifyResponse.model_validate(reply)
         checked["BaseVerifyResponse"] = checked.get("BaseVerifyResponse", 0) + 1
-    for reply in data.get("aggregate", []):
-        AggregateMetrics.model_validate(reply)
-        checked["AggregateMetrics"] = checked.get("AggregateMetrics", 0) + 1
+    if hasattr(config_types, "AggregateMetrics"):  # Gym >= 0.3
+        for reply in data.get("aggregate", []):
+            config_types.AggregateMetrics.model_validate(reply)
+            checked["AggregateMetrics"] = checked.get("AggregateMetrics", 0) + 1
     if hasattr(brs, "ResourcesSeedSessionResponse"):  # Gym >= 0.7
         for reply in data.get("seed07", []):
             brs.ResourcesSeedSessionResponse.model_validate(reply)
@@ -90,6 +92,13 @@ def models(path: str) -> dict:
         parsed = [brs.BaseVerifyResponse.model_validate(r) for r in masked]
         assert all(p.mask_sample and p.failure_kind for p in parsed), "a masked reply lost its failure fields"
     return {"version": nemo_gym.__version__, "checked": checked}
+
+
+def _one_agent_per_collection() -> bool:
+    from nemo_gym.rollout_collection import RolloutCollectionConfig
+
+    field = RolloutCollectionConfig.model_fields.get("agent_name")
+    return field is not None and field.is_required()
 
 
 def run(config: str, rows: str, out: str, strict: bool) -> dict:
@@ -111,9 +120,27 @@ def run(config: str, rows: str, out: str, strict: bool) -> dict:
         skip_load_from_cli=True))
     try:
         collect = Path(sys.executable).with_name("ng_collect_rollouts")
-        done = subprocess.run([str(collect), f"+input_jsonl_fpath={rows}", f"+output_jsonl_fpath={out}",
-                               f"+head_server.host=127.0.0.1", f"+head_server.port={head_port}"],
-                              capture_output=True, text=True, timeout=float(os.environ.get("COLLECT_TIMEOUT_S", 600)))
+        head = [f"+head_server.host=127.0.0.1", f"+head_server.port={head_port}"]
+        if _one_agent_per_collection():
+            # Gym 0.2's collection takes one agent (+agent_name): one run per agent the rows name
+            by_agent: dict[str, list[str]] = {}
+            for line in Path(rows).read_text().splitlines():
+                by_agent.setdefault(json.loads(line)["agent_ref"]["name"], []).append(line)
+            outputs, done = [], None
+            for agent, lines in by_agent.items():
+                part_in = Path(out).with_name(f"{Path(out).stem}-{agent}-in.jsonl")
+                part_out = Path(out).with_name(f"{Path(out).stem}-{agent}.jsonl")
+                part_in.write_text("\n".join(lines) + "\n")
+                done = subprocess.run([str(collect), f"+agent_name={agent}", f"+input_jsonl_fpath={part_in}",
+                                       f"+output_jsonl_fpath={part_out}", *head],
+                                      capture_output=True, text=True, timeout=COLLECT_TIMEOUT_S)
+                if done.returncode != 0:
+                    break
+                outputs.append(part_out.read_text())
+            Path(out).write_text("".join(outputs))
+        else:
+            done = subprocess.run([str(collect), f"+input_jsonl_fpath={rows}", f"+output_jsonl_fpath={out}", *head],
+                                  capture_output=True, text=True, timeout=COLLECT_TIMEOUT_S)
     finally:
         helper.shutdown()
     results = [json.loads(line) for line in Path(out).read_text().splitlines()] if Path(out).exists() else []
