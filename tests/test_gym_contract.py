@@ -169,3 +169,34 @@ async def test_an_unscorable_row_through_gym_07s_seed_is_masked_without_legacy_k
                                   cookie=cookie.value)
     assert status == 200 and reply["mask_sample"] is True and reply["failure_kind"] == "verigym:invalid_row"
     assert not [k for k in reply if k.startswith("_ng_")]
+
+
+ODD_ROWS = {  # the three rows NeMo-Gym's own servers score (each env's README has the decision)
+    "instruction_following": ({"instruction_id_list": ["words:start_verb"], "kwargs": [None],
+                               "prompt": "Start with a verb."}, "refused"),
+    "code": ({"verifier_metadata": {"unit_tests": {"inputs": ["1\n"], "outputs": []}}}, "refused"),
+    "mcqa": ({"options": [{"A": "Venus", "B": "Mars"}, {"CC": "x"}], "expected_answer": "B"}, "scored"),
+}
+
+
+@pytest.mark.parametrize("env", sorted(ODD_ROWS))
+async def test_the_odd_rows_gym_scores_are_decided_per_environment(env, http):
+    from trainer.env_catalog import validate_rows
+
+    fields, decision = ODD_ROWS[env]
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, **fields}
+    reason = validate_rows([(env, row)])[0]
+    assert (reason is None) is (decision == "scored")  # driver data prep rejects a refused row up front
+    running = await start_server(registry.instantiate(env))
+    try:
+        body = {**row, "response": response_from_text("\\boxed{B}")}
+        status, reply, _ = await post(http, running.url + "/verify", body)
+        if decision == "scored":
+            assert status == 200 and reply["reward"] == 1.0 and "mask_sample" not in reply
+            return
+        assert status == 422
+        status, reply, _ = await post(http, running.url + "/verify", body, headers={UNSCORABLE_HEADER: "mask"})
+        assert status == 200 and reply["mask_sample"] is True and reply["failure_kind"] == "verigym:invalid_row"
+        assert reply["reward"] == 0.0 and reply["failure_reason"].startswith("the row does not match")
+    finally:
+        await running.stop(drain_timeout=5)
