@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 import nemo_gym
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 RESULT_MARK = "GYM_DRIVER_RESULT "
 GYM_ROOT = Path(nemo_gym.__file__).resolve().parent.parent  # Gym's PARENT_DIR

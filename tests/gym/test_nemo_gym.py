@@ -262,7 +262,6 @@ def _url_from_log(log: Path, process: subprocess.Popen, marker: str, timeout: fl
 
 
 def test_gym_spins_up_the_fleet_config_and_collects_rollouts_through_its_agents(gym, tmp_path):
-    from servers.wire import UNSCORABLE_HEADER  # noqa: F401 - documents the header the agents do not send
     from trainer.env_catalog import installed
     from trainer.fleet import Fleet
 
