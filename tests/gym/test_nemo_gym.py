@@ -244,6 +244,17 @@ def _prebuilt_gym_venvs(venv_dir: Path, python: Path, config: dict[str, Any]) ->
                     link.symlink_to(gym_venv, target_is_directory=True)
 
 
+def _model_instance(gym_root: Path, base_url: str, model: str) -> dict[str, Any]:
+    """A second Gym model server: this Gym's own ``vllm_model`` config, pointed at ``base_url``."""
+    shipped = yaml.safe_load((gym_root / "responses_api_models" / "vllm_model" / "configs" / "vllm_model.yaml")
+                             .read_text())["policy_model"]
+    inner = shipped["responses_api_models"]["vllm_model"]
+    inner.update(base_url=base_url, api_key="dummy_key", model=model)
+    if "uses_reasoning_parser" in inner:  # the scripted replies carry no reasoning
+        inner["uses_reasoning_parser"] = False
+    return shipped
+
+
 def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
@@ -276,12 +287,24 @@ def test_gym_spins_up_the_fleet_config_and_collects_rollouts_through_its_agents(
     model_ready = tmp_path / "model.json"
     model = _start([sys.executable, "-m", "servers.cli", "model", "serve", "tiny", "--port", "0",
                     "--max-tokens", "24", "--ready-file", str(model_ready)], logs / "model.log")
-    processes = [judge, model]
+    catalog = installed()
+    envs = [fleet_env(name, catalog.described[name], tuple(catalog.described[name]["agent_names"][:1]))
+            for name in ROLLOUT_ENVS]
+    rows = []
+    for env in envs:
+        rows += _example_rows(env.name, env.agent_names[0], 2)
+    # The session env's rows go to a scripted policy that calls the row's ground-truth tools (the
+    # tiny model calls none): the calls reach verigym through Gym's own agent, with its cookies.
+    tool_rows = [r for r in rows if r["agent_ref"]["name"] == envs[1].agent_names[0]]
+    (tmp_path / "policy.json").write_text(json.dumps([
+        {"contains": r["responses_create_params"]["input"][-1]["content"], "calls": r["ground_truth"], "answer": "Done."}
+        for r in tool_rows]))
+    policy = _start([sys.executable, str(Path(__file__).with_name("scripted_policy.py")), "--table",
+                     str(tmp_path / "policy.json")], logs / "policy.log")
+    processes = [judge, model, policy]
     try:
         judge_url = _url_from_log(logs / "judge.log", judge, "scripted judge on ")
-        catalog = installed()
-        envs = [fleet_env(name, catalog.described[name], tuple(catalog.described[name]["agent_names"][:1]))
-                for name in ROLLOUT_ENVS]
+        policy_url = _url_from_log(logs / "policy.log", policy, "scripted policy on ")
         overrides = {"equivalence_llm_judge": {"judges": {"judge": {"base_url": judge_url, "model": "scripted-judge"}}}}
         with Fleet(list(ROLLOUT_ENVS), overrides=overrides, log_dir=logs) as fleet:
             config = for_gym_version(fill_addresses(render_template(envs), fleet.urls), version_tuple(version))
@@ -295,12 +318,12 @@ def test_gym_spins_up_the_fleet_config_and_collects_rollouts_through_its_agents(
                 if shutil.which("uv") is None:
                     pytest.skip("NeMo-Gym 0.2 builds every server's venv with uv when it starts: uv is not on PATH")
             config.update(settings, uv_venv_dir=str(venv_dir))
-            _prebuilt_gym_venvs(venv_dir, python, {**config, "policy_model": {"responses_api_models": {"vllm_model": {}}}})
+            config["scripted_policy"] = _model_instance(gym_root, policy_url, "scripted-policy")
+            config[envs[1].agent_names[0]]["responses_api_agents"]["simple_agent"]["model_server"]["name"] = \
+                "scripted_policy"
+            _prebuilt_gym_venvs(venv_dir, python, config)
             (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(config))
 
-            rows = []
-            for env in envs:
-                rows += _example_rows(env.name, env.agent_names[0], 2)
             # A row Gym's own server scores and verigym cannot (code with no expected outputs: every
             # program would pass): it must end as a masked sample and the collection go on.
             bad = json.loads(json.dumps(next(r for r in rows if r["agent_ref"]["name"] == envs[2].agent_names[0])))
@@ -308,11 +331,11 @@ def test_gym_spins_up_the_fleet_config_and_collects_rollouts_through_its_agents(
             rows.append(bad)
             (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
             _wait_for(model_ready, model)
-            policy = json.loads(model_ready.read_text())
+            tiny = json.loads(model_ready.read_text())
             out = run_driver(python, "run", str(tmp_path / "fleet.yaml"), str(tmp_path / "rows.jsonl"),
                              str(tmp_path / "rollouts.jsonl"), *(["--strict"] if version_tuple(version) >= (0, 7) else []),
                              cwd=tmp_path, timeout=840,
-                             env={"POLICY_BASE_URL": policy["base_url"], "POLICY_MODEL": policy["model"],
+                             env={"POLICY_BASE_URL": tiny["base_url"], "POLICY_MODEL": tiny["model"],
                                   "NEMO_GYM_EXTRA_ROOTS": str(GYM_ROOT)})
     finally:
         for process in processes:
@@ -342,7 +365,9 @@ def test_gym_spins_up_the_fleet_config_and_collects_rollouts_through_its_agents(
         assert out["failures"] in ([], invalid) and invalid[0]["_ng_failure_terminal"] is True
         assert (out["failures"] == invalid) is (version_tuple(version) >= (0, 4))
     sessions = [r for r in scored if r["agent_ref"]["name"] == envs[1].agent_names[0]]
-    assert sessions and all(r["state_source"] == "session" for r in sessions)  # verified on the seeded state
+    # every ground-truth call went through Gym's agent to the session's tools: the state matches
+    assert len(sessions) == len(tool_rows) and all(r["state_source"] == "session" for r in sessions)
+    assert [(r["reward"], r["model_tool_calls"]) for r in sessions] == [(1.0, len(r["ground_truth"])) for r in sessions]
     judged = [r for r in scored if r["agent_ref"]["name"] == envs[3].agent_names[0]]
     assert judged and all(r["judge_evaluations"][0]["verdict_label"] == "[[A!=B]]" for r in judged)
     replies = tmp_path / "replies.json"
