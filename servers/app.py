@@ -160,7 +160,12 @@ class EnvServer:
             return _json(*await self.service.call_endpoint(name, body))
         if "/" in name:
             return _json(*error(404, f"no route {path}"))
-        return _json(*await self.service.call_tool(name, body, session_id))
+        response = _json(*await self.service.call_tool(name, body, session_id))
+        if session_id and self.service.sessions.get(session_id) is not None:
+            # Gym's agents (<= 0.6) carry on with the cookies of the LAST resources reply, as Gym's
+            # own servers set theirs on every reply: a tool reply without it would lose the session.
+            response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="Lax")
+        return response
 
     async def _read_json(self, request: Request) -> Any:
         if request.content_length is not None and request.content_length > self.max_body:

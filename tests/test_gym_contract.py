@@ -200,3 +200,18 @@ async def test_the_odd_rows_gym_scores_are_decided_per_environment(env, http):
         assert reply["reward"] == 0.0 and reply["failure_reason"].startswith("the row does not match")
     finally:
         await running.stop(drain_timeout=5)
+
+
+async def test_a_tool_reply_carries_the_session_cookie_again(server, http):
+    """Gym's simple_agent (<= 0.6) calls the next tool, and verifies, with the cookies of the last
+    resources reply: every tool reply in a session must set the session cookie again."""
+    status, _, cookie = await post(http, server.url + "/seed_session", task_row(mode="session", target=2))
+    assert status == 200
+    for expected in (1, 2):
+        status, out, again = await post(http, server.url + "/bump", {"by": 1}, cookie=cookie.value)
+        assert (status, out["count"]) == (200, expected) and again is not None and again.value == cookie.value
+        cookie = again
+    status, reply, _ = await post(http, server.url + "/verify", task_row(mode="session", target=2,
+                                                                        response=response_from_text("x")),
+                                  cookie=cookie.value)
+    assert reply["reward"] == 1.0 and reply["count"] == 2
