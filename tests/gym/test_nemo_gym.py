@@ -6,10 +6,11 @@
   seed/close replies, aggregate metrics) and Gym 0.7's session-contract checker;
 * Gym's spinup of the fleet config (``RunHelper().start`` the way NeMo-RL's Gym actor calls it)
   with real verigym servers behind it, then ``ng_collect_rollouts`` through Gym's agents with
-  ``envs model serve tiny`` as the policy: a stateless env (mcqa), a session env with tools
-  (workplace_assistant), a sandboxed env (code, bubblewrap) and a judged env
-  (equivalence_llm_judge, scripted judge: the one test double, a large judge model); one row
-  verigym cannot score ends as a masked sample and the collection goes on.
+  ``envs model serve tiny`` as the policy: a stateless env (mcqa), a sandboxed env (code,
+  bubblewrap) and a judged env (equivalence_llm_judge, scripted judge: the double of a large
+  judge model); a session env with tools (workplace_assistant) through a scripted policy that
+  makes the row's tool calls (scripted_policy.py: the double of a policy that can use tools);
+  one row verigym cannot score ends as a masked sample and the collection goes on.
 """
 
 from __future__ import annotations
