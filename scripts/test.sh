@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# NeMo-Gym from the package index, for tests/gym/ (verigym driven by the real Gym). CI tests one
+# version; `bash scripts/gym_venvs.sh 0.4.0` adds the opt-in one (tests/gym/conftest.py).
+bash scripts/gym_venvs.sh 0.7.0
 # The container sandbox needs Podman's Docker-API socket (configured and started by this script).
 # Root only (CI and fresh machines); elsewhere the container tests skip with the reason.
 if [ "$(id -u)" = 0 ]; then

@@ -255,38 +255,3 @@ def test_fleet_file_from_the_readiness_gate_uses_the_first_replica(tmp_path):
     report.write_text(json.dumps({"math": [3]}))
     with pytest.raises(FleetAddressError, match="expected a URL"):
         read_fleet_addresses(report)
-
-
-GYM_PARSE = '''
-import sys
-from omegaconf import OmegaConf
-from nemo_gym.global_config import GlobalConfigDictParser
-import nemo_gym, os
-root = os.path.dirname(os.path.dirname(nemo_gym.__file__))
-cfg = OmegaConf.create({"config_paths": [os.path.join(root, "responses_api_models/vllm_model/configs/vllm_model_for_training.yaml"),
-                                         sys.argv[1]],
-                        "policy_base_url": "http://127.0.0.1:9/v1", "policy_api_key": "x", "policy_model_name": "m"})
-parser = GlobalConfigDictParser()
-merged = parser.parse_no_environment(initial_global_config_dict=cfg)
-kinds = {}
-for server in parser.filter_for_server_instance_configs(merged):
-    kinds[server.SERVER_TYPE] = kinds.get(server.SERVER_TYPE, 0) + 1
-print(kinds)
-'''
-
-
-@pytest.mark.skipif(not os.environ.get("VERIGYM_NEMO_GYM_PYTHON"),
-                    reason="opt-in: VERIGYM_NEMO_GYM_PYTHON=<python with nemo-gym installed> (docs/nemo-rl.md)")
-def test_filled_gym_config_passes_nemo_gyms_own_parser(tmp_path):
-    """NeMo-Gym's GlobalConfigDictParser (server refs, domains, instances) on the filled fleet config."""
-    plan = build_plan("rlvr", [f"logger.log_dir={tmp_path / 'run'}"], load_blend("rlvr2"), tmp_path / "data")
-    filled = fill_addresses(plan.gym_template, {e.name: f"http://127.0.0.1:{41000 + i}" for i, e in enumerate(plan.envs)})
-    config = tmp_path / "fleet.yaml"
-    config.write_text(yaml.safe_dump(filled))
-    (tmp_path / "parse.py").write_text(GYM_PARSE)
-    done = subprocess.run([os.environ["VERIGYM_NEMO_GYM_PYTHON"], "parse.py", str(config)], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    kinds = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 - our own script's printed dict
-    assert kinds["resources_servers"] == len(plan.envs)
-    assert kinds["responses_api_agents"] == sum(len(e.agent_names) for e in plan.envs)

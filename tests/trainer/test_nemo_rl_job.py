@@ -51,7 +51,8 @@ def test_nemo_rl_job_runs_ray_sub_and_hands_nemo_rl_its_fleet_and_judges(tmp_pat
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "trainer.cli", "run", "--blend", "tiny_rlhf", "-c", "rlhf_test", "--backend", "nemo-rl",
            "--run", "standin", "--env-file", str(env_file), "--data-dir", str(data), f"logger.log_dir={run}",
-           "policy.model_name=/ckpt/tiny-policy", "env.server_config.genrm.judges.genrm.max_output_tokens=64"]
+           "policy.model_name=/ckpt/tiny-policy", "env.server_config.genrm.judges.genrm.max_output_tokens=64",
+           f"env.nemo_gym.uv_venv_dir={tmp_path / 'gym-venvs'}"]
     dry = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert dry.returncode == 0, dry.stderr
     assert "nodes: 2 x 8 GPUs = cluster.num_nodes 2 (training 1, generation 1) + model servers 0 + fleet 0" in dry.stdout
@@ -68,6 +69,7 @@ def test_nemo_rl_job_runs_ray_sub_and_hands_nemo_rl_its_fleet_and_judges(tmp_pat
     assert report["cwd"] == str(STAND_IN)  # ray.sub's SLURM_SUBMIT_DIR: the NeMo-RL checkout
     assert report["ray_nodes"] == 2 and report["worker_units"] == 16  # every node of the job in one Ray cluster
     assert list(report["fleet"]) == ["genrm"] and list(report["judges"]) == [GENRM]
+    assert report["gym_globals"]["skip_venv_if_present"] is True  # the stand-in's venv was prebuilt
     assert report["overrides"]["checkpointing.checkpoint_dir"] == str(run / "checkpoints")
     logs = run / "nemo_rl" / "job" / f"{job_id}-logs"
     contract = (logs / "contract.txt").read_text()
@@ -77,4 +79,6 @@ def test_nemo_rl_job_runs_ray_sub_and_hands_nemo_rl_its_fleet_and_judges(tmp_pat
     judge_url = report["judges"][GENRM]
     assert f'genrm.judges.genrm.base_url="{judge_url}"' in fleet  # the job's model server, not config.yaml's default
     assert "genrm.judges.genrm.max_output_tokens=64" in fleet  # env.server_config reached the NeMo-RL job's fleet
+    assert "gym_config: NeMo-Gym 0.7.0: verigym_remote from" in driver_log  # the checkout's Gym version chose the form
+    assert (tmp_path / "gym-venvs" / "resources_servers" / "verigym_remote" / ".venv" / "bin" / "python").exists()
     assert "envs serve: all servers stopped cleanly" in driver_log and "exit status 0" in driver_log

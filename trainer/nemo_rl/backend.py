@@ -25,13 +25,18 @@ from trainer.config import ConfigError, apply_overrides, load_yaml_with_defaults
 from trainer.model_servers import ModelServerError, ModelServerPlan, judge_uses, plan_model_servers
 from trainer.nemo_rl import arithmetic
 from trainer.nemo_rl.arithmetic import NodeRoles, get_path as _get, node_roles
-from trainer.nemo_rl.gym_config import FleetEnv, render_template
+from trainer.nemo_rl.gym_config import FleetEnv, fleet_env, render_template
 from trainer.nemo_rl.schema import check_config, schema_version
 
 GRPO_FILE = "grpo.yaml"
 GYM_TEMPLATE_FILE = "nemo_gym_fleet.template.yaml"
 GYM_FILE = "nemo_gym_fleet.yaml"
 VLLM_MODEL_CONFIG = "responses_api_models/vllm_model/configs/vllm_model_for_training.yaml"
+# Where a NeMo-RL checkout keeps its Gym (a uv workspace member, installed editable in NeMo-RL's
+# image): its version picks the Gym config's form and where verigym's stand-in server goes
+# (gym_install.py). The job mounts the user's checkout at its own path, so this path under it is
+# the Gym NeMo-RL runs, inside the container and out.
+GYM_IN_NEMO_RL = "3rdparty/Gym-workspace/Gym"
 # NeMo-RL's Gym GRPO entry point, relative to the NeMo-RL checkout ray.sub runs the driver in.
 NEMO_RL_RUNNER = "examples/nemo_gym/run_grpo_nemo_gym.py"
 FLEET_FILE_SLOT = "{fleet_file}"  # the job substitutes the fleet's address report
@@ -57,10 +62,12 @@ class NemoRLPlan:
     files: dict[str, Path]
     warnings: list[str] = field(default_factory=list)
 
-    def gym_config_command(self, python: str) -> list[str]:
-        """Fill the fleet's reported addresses into the Gym config (after the readiness gate)."""
+    def gym_config_command(self, python: str, nemo_rl_dir: Path) -> list[str]:
+        """Fill the fleet's reported addresses into the Gym config (after the readiness gate), in the
+        form the Gym of the NeMo-RL checkout at ``nemo_rl_dir`` accepts."""
         return [python, str(Path(__file__).with_name("gym_config.py")), "--template", str(self.files["gym_template"]),
-                "--fleet", FLEET_FILE_SLOT, "--output", str(self.files["gym_config"])]
+                "--fleet", FLEET_FILE_SLOT, "--output", str(self.files["gym_config"]),
+                "--gym-root", str(nemo_rl_dir / GYM_IN_NEMO_RL), "--grpo", str(self.files["grpo"])]
 
 
 def _pop(cfg: dict[str, Any], dotted: str) -> Any:
@@ -101,7 +108,7 @@ def fleet_envs(blend: Any, data_dir: Path) -> tuple[list[FleetEnv], str]:
             raise ConfigError(f"environment {name!r} (from {source}) does not load: {error}")
         info = catalog.described[name]
         agents = list(info.get("agent_names", ())) + [a for a, e in blend.agents.items() if e == name and a != name]
-        envs.append(FleetEnv(name, str(info.get("domain", "")), tuple(dict.fromkeys(agents or [name]))))
+        envs.append(fleet_env(name, info, tuple(dict.fromkeys(agents or [name])), blend.agent_settings))
     return envs, source
 
 

@@ -200,7 +200,7 @@ def driver_script(plan: NemoRLPlan, profile: SlurmProfile, job_dir: Path, nemo_r
     envs = " ".join(q(e.name) for e in plan.envs)
     overrides = " ".join(q(f"{env}.{p}") for env, pairs in _server_pairs(plan).items() for p in pairs)
     judges = " ".join(f"--judge {q(f'{e}.{j}={m}')}" for e, j, m in plan.models.judge_routes())
-    gym = shlex.join(plan.gym_config_command("$VG_PY")).replace(q(FLEET_FILE_SLOT), '"$VERIGYM_FLEET_FILE"')
+    gym = shlex.join(plan.gym_config_command("$VG_PY", nemo_rl)).replace(q(FLEET_FILE_SLOT), '"$VERIGYM_FLEET_FILE"')
     lines += [
         "",
         f'"$VG_PY" -m trainer.launch.fleet_steps serve --route-to "$HEAD_HOST" --ready-file "$RUN/fleet/head.json" '

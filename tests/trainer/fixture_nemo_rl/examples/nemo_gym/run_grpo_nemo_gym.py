@@ -48,7 +48,10 @@ def main() -> int:
     gym_file = cfg["env"]["nemo_gym"]["config_paths"][-1]
     gym = yaml.safe_load(Path(gym_file).read_text())
     fleet = {}
+    report["gym_globals"] = {k: v for k, v in gym.items() if not isinstance(v, dict)}  # Gym's global settings
     for name, inst in gym.items():
+        if not isinstance(inst, dict):
+            continue
         server = (inst.get("resources_servers") or {}).get("verigym_remote")
         if server:
             status, _ = get(f"http://{server['host']}:{server['port']}/health")
