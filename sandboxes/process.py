@@ -160,6 +160,19 @@ class ProcessSandbox(Sandbox):
         procs, self._processes = list(self._processes), set()
         await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
 
+    async def end_processes(self) -> None:
+        """Kill the long-lived processes (with everything in their PID namespaces) and the
+        zygote; as root also every leftover process of the sandbox uid. The workspace stays."""
+        self._check_alive()
+        await self._stop_processes()  # not under the lock: a running exec_python may hold it
+        async with self._lock:
+            await self._stop_processes()
+            if self._zygote is not None:
+                await self._zygote.stop()
+                self._zygote = None
+            if self.uid is not None:
+                await asyncio.to_thread(kill_uid, self.uid)
+
     async def upload(self, files: Mapping[str, bytes | str]) -> None:
         self._check_alive()
         async with self._lock:
