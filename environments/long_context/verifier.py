@@ -205,7 +205,7 @@ class LongContext(JudgedEnvironment, Environment):
                                         "judge_evaluations": [], "scored_by": "empty_response"})
         outcome = await judge_equivalence(self.judge("judge"), settings, question=question_of(
             row, settings.question_extract_regex), expected=expected, response_text=answer,
-            record_regex=row.output_regex)
+            record_regex=row.output_regex, guard=self.config.response_guard)
         labels = (settings.judge_equal_label, settings.judge_not_equal_label)
         return Verdict(outcome.reward, extras={
             "metric": "judge", "expected_answer": expected, "extracted_answer": outcome.extracted_answer,
