@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from environments.math.answer_cost import AnswerCostConfig, CostLimits, costly_answer
 from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
 from environments.math.notation import rewrite_pair
 from environments.math.judge_fallback import MathJudgeConfig, MathJudgeFallback
@@ -43,7 +44,7 @@ class MathRow(RowModel):
         return value
 
 
-class MathConfig(MathJudgeConfig, EnvConfig):
+class MathConfig(MathJudgeConfig, AnswerCostConfig, EnvConfig):
     extraction: list[ExtractionRule] = Field(
         default_factory=lambda: list(DEFAULT_RULES),
         description="Answer extraction rules tried in order; ['boxed'] = NeMo-Gym's strict behaviour; "
@@ -103,24 +104,35 @@ class MathEnvironment(MathJudgeFallback, Environment):
 
         verdict = await score_final_answer(self, gold, extracted, extras, fast_path=cfg.fast_path,
                                            symbolic_fast_path=cfg.symbolic_fast_path,
-                                           timeout=cfg.cpu_task_timeout_s, cache=self._results)
+                                           timeout=cfg.cpu_task_timeout_s, cache=self._results,
+                                           limits=cfg.answer_limits, cost_cpu_s=cfg.answer_cost_cpu_s)
         return await self.apply_judge_fallback(row.question, gold, extracted, verdict)  # judge_fallback.py
 
 
 async def score_final_answer(env: Environment, gold: str, extracted: str, extras: dict[str, Any], *,
                              fast_path: bool = True, symbolic_fast_path: bool = True, timeout: float,
-                             cache: _LRU | None = None) -> Verdict:
-    """The verdict for an extracted final answer: notation rewrites, exact fast path, the
-    symbolic fast path (``scored_by: symbolic``), else math-verify in ``env``'s CPU pool. Shared by ``math`` and ``math_python`` so both score
-    the same answer alike. Each step is one call below, in order; a later, more expensive
-    decider (an equivalence judge) belongs after ``library_score``'s 0.
+                             cache: _LRU | None = None, limits: CostLimits = CostLimits(),
+                             cost_cpu_s: float = 1.0) -> Verdict:
+    """The verdict for an extracted final answer: the cost guard (``answer_cost.py``), notation
+    rewrites, exact fast path, the symbolic fast path (``scored_by: symbolic``), else math-verify
+    in ``env``'s CPU pool. Shared by ``math`` and ``math_python`` so both score the same answer
+    alike. Each step is one call below, in order; a later, more expensive decider (an equivalence
+    judge) belongs after ``library_score``'s 0.
 
-    A deadline hit is failure class ``timeout`` (and not cached: it says nothing about the
-    answer, the machine may just be loaded); a gold math-verify cannot parse is
+    A cost the answer causes is the answer's: an answer past ``limits`` scores 0 up front
+    (``refused_costly``), and a deadline hit after ``cost_cpu_s`` of worker CPU scores 0
+    (``deadline``, cached: the same answer costs nothing the next time) once the gold alone is
+    shown to score within the deadline. A deadline hit with little CPU (the worker waited for
+    a CPU) is failure class ``timeout``, not cached: it says nothing about the answer. A gold
+    math-verify cannot parse, or cannot even score against itself in time, is
     ``verifier_error`` (a data problem, masked rather than a silent 0).
     """
     result = cache.get((gold, extracted)) if cache is not None else None
     if result is None:
+        refused = costly_answer(extracted, limits)
+        if refused is not None:  # cheap to decide again: not cached
+            return Verdict(0.0, extras={**extras, "library_reward": 0.0, "scored_by": "refused_costly",
+                                        "cost_refusal": refused})
         gold_form, answer_form = rewrite_pair(gold, extracted)
         decided = fast_equivalence(gold_form, answer_form) if fast_path else None
         if decided is not None:
@@ -131,12 +143,29 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
             try:
                 reward, error = await env.cpu(library_score, gold_form, answer_form, timeout=timeout)
             except CpuTimeout as exc:
-                return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {timeout:g}s deadline: {exc}",
-                                       **extras)
-            result = reward, "math_verify", error
+                if exc.cpu_s is None or exc.cpu_s < cost_cpu_s:
+                    return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {timeout:g}s deadline "
+                                           f"without using the CPU (an overloaded machine): {exc}", **extras)
+                if not await _gold_scores_in_time(env, gold_form, timeout):
+                    return Verdict.failure(FailureClass.VERIFIER_ERROR, f"math-verify cannot score expected_answer "
+                                           f"{gold[:200]!r} against itself within {timeout:g}s", **extras)
+                reward, error = 0.0, None
+                extras = {**extras, "deadline_cpu_s": round(exc.cpu_s, 3)}
+                result = reward, "deadline", error
+            else:
+                result = reward, "math_verify", error
         if cache is not None:
             cache.put((gold, extracted), result)
     reward, scored_by, error = result
     if error is not None:
         return Verdict.failure(FailureClass.VERIFIER_ERROR, error, **extras, scored_by=scored_by)
     return Verdict(reward, extras={**extras, "library_reward": reward, "scored_by": scored_by})
+
+
+async def _gold_scores_in_time(env: Environment, gold_form: str, timeout: float) -> bool:
+    """The control after a costly deadline: the gold against itself, under the same deadline."""
+    try:
+        await env.cpu(library_score, gold_form, gold_form, timeout=timeout)
+    except CpuTimeout:
+        return False
+    return True

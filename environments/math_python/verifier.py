@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
+from environments.math.answer_cost import AnswerCostConfig
 from environments.math.verifier import ExtractionRule, score_final_answer
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec
 from sandboxes.base import Sandbox, SandboxProcess
@@ -74,7 +75,7 @@ class MathPythonRow(RowModel):
         return self.expected_result if self.expected_result is not None else self.expected_answer  # type: ignore[return-value]
 
 
-class MathPythonConfig(SandboxLimitsConfig, EnvConfig):
+class MathPythonConfig(SandboxLimitsConfig, AnswerCostConfig, EnvConfig):
     python: str | None = Field(None, description="Interpreter inside the sandbox; null = the sandbox's own "
                                "(process backend: the server's, bound read-only at its resolved path).")
     call_timeout_s: float = Field(20.0, gt=0, description="Wall-clock limit of one tool call (replay mode: replay + new cell).")
@@ -334,4 +335,5 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
                 return Verdict(0.0, extras=extras)
         if extracted is None:
             return Verdict(0.0, extras={**extras, "scored_by": "no_answer"})
-        return await score_final_answer(self, gold, extracted, extras, timeout=cfg.cpu_task_timeout_s)
+        return await score_final_answer(self, gold, extracted, extras, timeout=cfg.cpu_task_timeout_s,
+                                        limits=cfg.answer_limits, cost_cpu_s=cfg.answer_cost_cpu_s)
