@@ -26,21 +26,11 @@ import yaml
 FORMATS = ("json", "yaml", "xml", "toml", "csv")
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _DECODER = json.JSONDecoder()
 
 
 class ParseFailure(ValueError):
     """The text holds no value of the requested format."""
-
-
-def strip_thinking(text: str) -> str:
-    """Drop ``<think>...</think>`` blocks; an unclosed one means the answer never came."""
-    text = _THINK.sub("", text)
-    lowered = text.lower()
-    if "</think>" in lowered:  # opening tag was in the prompt (chat templates do this)
-        text = text[lowered.rindex("</think>") + len("</think>"):]
-    return text
 
 
 def _fenced_blocks(text: str, fmt: str) -> list[str]:

@@ -23,10 +23,10 @@ from environments.structured_outputs.parsing import (
     ParseFailure,
     coerce,
     parse_text,
-    strip_thinking,
     unwrap_xml_root,
 )
 from environments.structured_outputs.schema import InvalidSchema, compile_schema
+from servers.answer_text import is_blank, strip_think
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
 
@@ -36,7 +36,8 @@ class StructuredOutputsConfig(EnvConfig):
     schema_weight: float = Field(1.0, ge=0.0, le=1.0, description="Reward share for a parsed response that validates.")
     strict_objects: bool = Field(True, description="Objects with 'properties' require all of them and forbid others (NeMo-Gym parity).")
     coerce_types: bool = Field(True, description="XML/CSV: convert strings to the schema's number/integer/boolean types before validating.")
-    strip_thinking: bool = Field(True, description="Drop <think>...</think> before parsing text responses.")
+    strip_thinking: bool = Field(True, description="Drop <think>...</think> reasoning before parsing text responses; "
+                                                   "a block that never closes leaves no answer.")
     max_response_chars: int = Field(200_000, gt=0, description="Longer text responses score zero (error_type 'too_long') without parsing.")
 
     @model_validator(mode="after")
@@ -106,9 +107,9 @@ class StructuredOutputs(Environment):
                       schema: Any) -> tuple[Any, tuple[str, str] | None]:
         cfg: StructuredOutputsConfig = self.config  # type: ignore[assignment]
         text = response.output_text
-        if cfg.strip_thinking:
-            text = strip_thinking(text)
-        if not text.strip():
+        if cfg.strip_thinking:  # the shared reading: reasoning that never closes is no answer
+            text = strip_think(text)
+        if is_blank(text):  # invisible characters are not an answer either
             return None, ("empty_response", "no assistant text in the response")
         if len(text) > cfg.max_response_chars:
             return None, ("too_long", f"{len(text)} characters > max_response_chars {cfg.max_response_chars}")

@@ -1,0 +1,93 @@
+"""instruction_following: instructions an empty answer would satisfy (no commas, lowercase, fewer
+than N words) must not be met by an answer that shows nothing (invisible characters only) or
+that never finished its reasoning; counting checks read what a reader sees."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.adversarial.conftest import assert_refused, assert_scores
+
+ENV = "instruction_following"
+
+
+def row(ids: list[str], kwargs: list[dict | None], prompt: str = "Describe the sea.") -> dict:
+    return {"responses_create_params": {"input": [{"role": "user", "content": prompt}]},
+            "verifier_metadata": {"instruction_id_list": ids, "kwargs": kwargs}}
+
+
+# Instructions any empty response would satisfy.
+EMPTY_WINS = row(["punctuation:no_comma", "change_case:english_lowercase", "length_constraints:number_words"],
+                 [None, None, {"num_words": 50, "relation": "less than"}])
+
+INVISIBLE = {
+    "zero_width_space": "\u200b" * 20,
+    "byte_order_mark": "\ufeff",
+    "word_joiners": "\u2060\u2060",
+    "bidi_marks": "\u200e\u200f\u202a\u202c",
+    "hangul_filler": "\u3164",
+    "braille_blank": "\u2800\u2800",
+    "tag_characters": "\U000e0041\U000e0042",
+    "soft_hyphen_and_spaces": " \u00ad \u00a0\n\u3000",
+    "variation_selector": "\ufe0f",
+}
+
+
+@pytest.mark.parametrize("name", sorted(INVISIBLE))
+async def test_attack_invisible_only_response(scorer, name):
+    env = await scorer(ENV)
+    reply = await env.verify(EMPTY_WINS, INVISIBLE[name])
+    assert_refused(reply)
+    assert reply["follow_instruction_list"] == [False, False, False]
+
+
+UNFINISHED = {
+    "unclosed_think": "<think>the sea is calm and wide",
+    "unclosed_thinking_tag": "<thinking>the sea is calm and wide",
+    "uppercase_tag": "<THINK>the sea is calm and wide",
+    "after_a_closed_block": "<think>plan</think>\n<think>the sea is calm and wide",
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNFINISHED))
+async def test_attack_unclosed_reasoning_is_no_answer(scorer, name):
+    env = await scorer(ENV)
+    assert_refused(await env.verify(EMPTY_WINS, UNFINISHED[name]))
+
+
+async def test_attack_zero_width_word_padding(scorer):
+    # "at least 40 words": forty letters joined by zero-width spaces look like one word
+    env = await scorer(ENV)
+    padded = "\u200b".join(["s"] * 40)
+    reply = await env.verify(row(["length_constraints:number_words"], [{"num_words": 40, "relation": "at least"}]),
+                             padded)
+    assert_refused(reply)
+
+
+async def test_attack_zero_width_split_forbidden_word(scorer):
+    env = await scorer(ENV)
+    reply = await env.verify(row(["keywords:forbidden_words"], [{"forbidden_words": ["storm"]}]),
+                             "the sea before a st\u200borm is quiet.")
+    assert_refused(reply)
+
+
+async def test_control_honest_lowercase_answer(scorer):
+    env = await scorer(ENV)
+    assert_scores(await env.verify(EMPTY_WINS, "the sea is wide and calm today."))
+
+
+async def test_control_answer_after_closed_reasoning(scorer):
+    env = await scorer(ENV)
+    assert_scores(await env.verify(EMPTY_WINS, "<think>Keep it short, no commas.</think>\nthe sea is wide and calm."))
+
+
+async def test_control_answer_with_emoji_and_accents(scorer):
+    env = await scorer(ENV)
+    assert_scores(await env.verify(EMPTY_WINS, "the sea is calm 🌊 and the café is open."))
+
+
+async def test_control_answer_quoting_a_think_tag_in_code(scorer):
+    env = await scorer(ENV)
+    reply = await env.verify(row(["keywords:existence"], [{"keywords": ["regex"]}]),
+                             'Use a regex: pattern = "<think>.*" matches the opening tag.')
+    assert_scores(reply)
