@@ -16,6 +16,7 @@ import csv
 import datetime as dt
 import io
 import json
+import math
 import re
 import tomllib
 from typing import Any
@@ -23,10 +24,11 @@ from typing import Any
 import xmltodict
 import yaml
 
+from servers import json_values
+
 FORMATS = ("json", "yaml", "xml", "toml", "csv")
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_DECODER = json.JSONDecoder()
 
 
 class ParseFailure(ValueError):
@@ -51,8 +53,8 @@ def _last_json_value(text: str) -> Any:
             break
         start = min(starts)
         try:
-            value, stop = _DECODER.raw_decode(text, start)
-        except json.JSONDecodeError:
+            value, stop = json_values.DECODER.raw_decode(text, start)
+        except ValueError:  # not JSON here (NaN / Infinity included: not JSON numbers)
             pos = start + 1
             continue
         found.append(value)
@@ -65,13 +67,13 @@ def _last_json_value(text: str) -> Any:
 def parse_json(text: str) -> Any:
     stripped = text.strip()
     try:
-        return json.loads(stripped)
-    except json.JSONDecodeError:
+        return json_values.loads(stripped)
+    except ValueError:
         pass
     for body in reversed(_fenced_blocks(text, "json")):
         try:
-            return json.loads(body)
-        except json.JSONDecodeError:
+            return json_values.loads(body)
+        except ValueError:
             continue
     return _last_json_value(text)
 
@@ -144,7 +146,10 @@ def _scalar(value: Any, types: list[str]) -> Any:
             if kind == "integer":
                 return int(value)
             if kind == "number":
-                return float(value)
+                number = float(value)
+                if math.isfinite(number):  # "NaN", "inf", "1e999" are not numbers: left as text
+                    return number
+                continue
         except ValueError:
             continue
         if kind == "boolean" and value.lower() in ("true", "false", "1", "0"):

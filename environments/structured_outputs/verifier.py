@@ -26,6 +26,7 @@ from environments.structured_outputs.parsing import (
     unwrap_xml_root,
 )
 from environments.structured_outputs.schema import InvalidSchema, compile_schema
+from servers import json_values
 from servers.answer_text import is_blank, strip_think
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
@@ -98,6 +99,9 @@ class StructuredOutputs(Environment):
             payload, error = self._text_payload(row, response, compiled.schema)
         if error is not None:
             return self._score(parsed=False, valid=False, error=error)
+        # NaN and Infinity compare false with every bound: a schema's minimum/maximum would let them pass.
+        if (where := json_values.non_finite_path(payload)) is not None:
+            return self._score(parsed=True, valid=False, error=("not_a_number", f"{where}: NaN/Infinity is not a number"))
         problem = compiled.first_error(payload)
         if problem is not None:
             return self._score(parsed=True, valid=False, error=("validation_error", problem))
@@ -142,8 +146,8 @@ def _tool_payload(row: StructuredOutputsRow, response: ResponseObject) -> tuple[
         names = sorted({str(call.name) for call in calls})
         return None, ("wrong_tool_name", f"called {names}, expected {row.tool_name!r}")
     try:
-        arguments = json.loads(matching[-1].arguments or "")
-    except json.JSONDecodeError as exc:
+        arguments = json_values.loads(matching[-1].arguments or "")
+    except ValueError as exc:
         return None, ("tool_arguments_parse_error", f"arguments are not JSON: {exc}")
     if row.tool_payload_key:
         if not isinstance(arguments, dict) or row.tool_payload_key not in arguments:
