@@ -42,6 +42,11 @@ class CpuTimeout(Exception):
         super().__init__(message)
         self.cpu_s = cpu_s
 
+    def worked_for(self, seconds: float) -> bool:
+        """The worker spent at least ``seconds`` of CPU on the call: the work was that costly
+        (a cost its input caused), not a wait for a CPU."""
+        return self.cpu_s is not None and self.cpu_s >= seconds
+
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

@@ -24,6 +24,7 @@ from environments.math.notation import rewrite_pair
 from environments.math.judge_fallback import MathJudgeConfig, MathJudgeFallback
 from environments.math.scoring import fast_equivalence, library_score
 from environments.math.symbolic import symbolic_equivalence
+from servers.answer_text import strip_think
 from servers.cpu_pool import CpuTimeout
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
@@ -95,7 +96,8 @@ class MathEnvironment(MathJudgeFallback, Environment):
         cfg: MathConfig = self.config  # type: ignore[assignment]
         gold = row.expected_answer
         incomplete = is_incomplete(response)
-        extracted, rule = extract_answer(response.output_text, cfg.extraction, incomplete=incomplete)
+        # The shared reading: reasoning removed, and a block that never closed is no answer.
+        extracted, rule = extract_answer(strip_think(response.output_text), cfg.extraction, incomplete=incomplete)
         extras: dict[str, Any] = {"expected_answer": gold, "extracted_answer": extracted, "extraction_rule": rule}
         if incomplete:
             extras["response_incomplete"] = True
@@ -143,7 +145,7 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
             try:
                 reward, error = await env.cpu(library_score, gold_form, answer_form, timeout=timeout)
             except CpuTimeout as exc:
-                if exc.cpu_s is None or exc.cpu_s < cost_cpu_s:
+                if not exc.worked_for(cost_cpu_s):
                     return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {timeout:g}s deadline "
                                            f"without using the CPU (an overloaded machine): {exc}", **extras)
                 if not await _gold_scores_in_time(env, gold_form, timeout):

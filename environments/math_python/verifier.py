@@ -27,6 +27,7 @@ from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec
 from sandboxes.base import Sandbox, SandboxProcess
 from sandboxes.env_support import CanaryFailed, SandboxedEnvironment, SandboxLimitsConfig
 from servers import json_values
+from servers.answer_text import strip_think
 from servers.environment import EnvConfig, Environment, ToolError, Verdict, tool
 from servers.wire import ResponseObject, RowModel
 
@@ -370,7 +371,7 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
 
     async def verify(self, row: MathPythonRow, response: ResponseObject, session: Session | None) -> Verdict:
         cfg = self.config
-        text = response.last_message_text or response.output_text
+        text = strip_think(response.last_message_text or response.output_text)
         gold = row.gold
         extracted, rule = extract_answer(text, cfg.extraction, incomplete=is_incomplete(response))
         extras: dict[str, Any] = {"expected_answer": gold, "extracted_answer": extracted, "extraction_rule": rule,
