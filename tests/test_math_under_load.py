@@ -47,7 +47,7 @@ async def test_deadline_replies_are_masked_and_caches_survive_a_worker_kill():
     symbolic = _row("\\sqrt{2}", "So \\boxed{2^{1/2}}.")
     slow = _row("(x+1)^{3000}", "\\boxed{(x+2)^{2999}}")  # ~20 s of sympy
     (child,) = await spawn_servers(["math"], workers=1, echo_output=False,
-                                   overrides=["cpu_workers=2", "cpu_task_timeout_s=4", "answer_cost_cpu_s=0.2"])
+                                   overrides=["cpu_workers=2", "cpu_task_timeout_s=4", "deadline_cpu_share=0.1"])
     frozen: list[int] = []
     try:
         async with aiohttp.ClientSession() as http:

@@ -60,10 +60,11 @@ class AnswerCostConfig(BaseModel):
     answer_limits: CostLimits = Field(
         default_factory=CostLimits, description="An extracted answer past one of these limits scores 0 "
                                                 "(scored_by refused_costly) without reaching math-verify.")
-    answer_cost_cpu_s: float = Field(
-        1.0, gt=0, description="A math-verify call past its deadline after this much worker CPU time is the "
-                               "answer's cost: reward 0 (scored_by deadline). Less CPU means the worker waited "
-                               "for a CPU (an overloaded machine): failure class timeout (masked).")
+    deadline_cpu_share: float = Field(
+        0.5, gt=0, le=1, description="A scoring call past its deadline after its worker spent at least this share "
+                                     "of the deadline on the CPU is the answer's cost: reward 0 (scored_by deadline). "
+                                     "Less CPU means the worker waited for a CPU (an overloaded machine): failure "
+                                     "class timeout (masked), so an honest slow answer is never zeroed by load.")
 
 
 class _Costly(Exception):

@@ -107,14 +107,14 @@ class MathEnvironment(MathJudgeFallback, Environment):
         verdict = await score_final_answer(self, gold, extracted, extras, fast_path=cfg.fast_path,
                                            symbolic_fast_path=cfg.symbolic_fast_path,
                                            timeout=cfg.cpu_task_timeout_s, cache=self._results,
-                                           limits=cfg.answer_limits, cost_cpu_s=cfg.answer_cost_cpu_s)
+                                           limits=cfg.answer_limits, cpu_share=cfg.deadline_cpu_share)
         return await self.apply_judge_fallback(row.question, gold, extracted, verdict)  # judge_fallback.py
 
 
 async def score_final_answer(env: Environment, gold: str, extracted: str, extras: dict[str, Any], *,
                              fast_path: bool = True, symbolic_fast_path: bool = True, timeout: float,
                              cache: _LRU | None = None, limits: CostLimits = CostLimits(),
-                             cost_cpu_s: float = 1.0) -> Verdict:
+                             cpu_share: float = 0.5) -> Verdict:
     """The verdict for an extracted final answer: the cost guard (``answer_cost.py``), notation
     rewrites, exact fast path, the symbolic fast path (``scored_by: symbolic``), else math-verify
     in ``env``'s CPU pool. Shared by ``math`` and ``math_python`` so both score the same answer
@@ -122,7 +122,7 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
     judge) belongs after ``library_score``'s 0.
 
     A cost the answer causes is the answer's: an answer past ``limits`` scores 0 up front
-    (``refused_costly``), and a deadline hit after ``cost_cpu_s`` of worker CPU scores 0
+    (``refused_costly``), and a deadline hit after the worker spent ``cpu_share`` of it on the CPU scores 0
     (``deadline``, cached: the same answer costs nothing the next time) once the gold alone is
     shown to score within the deadline. A deadline hit with little CPU (the worker waited for
     a CPU) is failure class ``timeout``, not cached: it says nothing about the answer. A gold
@@ -145,7 +145,7 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
             try:
                 reward, error = await env.cpu(library_score, gold_form, answer_form, timeout=timeout)
             except CpuTimeout as exc:
-                if not exc.worked_for(cost_cpu_s):
+                if not exc.worked_for(cpu_share * timeout):
                     return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {timeout:g}s deadline "
                                            f"without using the CPU (an overloaded machine): {exc}", **extras)
                 if not await _gold_scores_in_time(env, gold_form, timeout):

@@ -387,4 +387,4 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
         if extracted is None:
             return Verdict(0.0, extras={**extras, "scored_by": "no_answer"})
         return await score_final_answer(self, gold, extracted, extras, timeout=cfg.cpu_task_timeout_s,
-                                        limits=cfg.answer_limits, cost_cpu_s=cfg.answer_cost_cpu_s)
+                                        limits=cfg.answer_limits, cpu_share=cfg.deadline_cpu_share)

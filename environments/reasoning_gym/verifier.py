@@ -48,10 +48,11 @@ class RGConfig(EnvConfig):
     extraction: list[Rule] = Field(
         default_factory=lambda: ["answer_tag", "boxed", "answer_line", "full_text"],
         description="Answer extraction rules tried in order (NeMo-Gym: answer_tag, boxed, full_text).")
-    answer_cost_cpu_s: float = Field(
-        1.0, gt=0, description="A scorer call past its deadline after this much worker CPU time is the answer's "
-                               "cost: reward 0 (scored_by deadline). Less CPU means the worker waited for a CPU "
-                               "(an overloaded machine): failure class timeout (masked).")
+    deadline_cpu_share: float = Field(
+        0.5, gt=0, le=1, description="A scoring call past its deadline after its worker spent at least this share "
+                                     "of the deadline on the CPU is the answer's cost: reward 0 (scored_by deadline). "
+                                     "Less CPU means the worker waited for a CPU (an overloaded machine): failure "
+                                     "class timeout (masked), so an honest slow answer is never zeroed by load.")
 
 
 class ReasoningGymEnvironment(Environment):
@@ -78,7 +79,7 @@ class ReasoningGymEnvironment(Environment):
         try:
             score = await self.cpu(score_entry, task, extracted, entry, timeout=cfg.cpu_task_timeout_s)
         except CpuTimeout as exc:
-            if not exc.worked_for(cfg.answer_cost_cpu_s):  # the worker waited for a CPU: infrastructure
+            if not exc.worked_for(cfg.deadline_cpu_share * cfg.cpu_task_timeout_s):  # the worker waited for a CPU: infrastructure
                 return Verdict.failure(FailureClass.TIMEOUT, f"{task} scorer passed its deadline: {exc}", **extras)
             if not await self._reference_scores_in_time(task, row, entry):
                 return Verdict.failure(FailureClass.VERIFIER_ERROR, f"the {task} scorer cannot score the row's own "

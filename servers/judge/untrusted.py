@@ -25,8 +25,8 @@ response is pasted as NeMo-Gym pastes it, for exact parity with a published NeMo
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import hmac
 import re
 import secrets
 import string
@@ -84,6 +84,7 @@ def spaced(text: str) -> str:
     return r"\s*".join(re.escape(ch) for ch in text if not ch.isspace())
 
 
+@functools.lru_cache(maxsize=1024)
 def label_pattern(label: str) -> re.Pattern[str]:
     """A label as a judge, or a response imitating one, might write it: spaced out or not;
     punctuated labels (``[[A=B]]``) in any case, bare words (``CORRECT``) in their own case only,
@@ -105,11 +106,11 @@ def regex_verdict(pattern: re.Pattern[str], values: Mapping[str, T],
     return VerdictFormat(lambda text: find_regex(text, pattern, table), (pattern, *also))
 
 
-def _fold(text: str) -> tuple[str, list[int]]:
+def _fold(text: str) -> tuple[str, list[int] | None]:
     """``text`` as a reader sees it (NFKC, lookalikes mapped, invisible characters dropped) and,
-    per folded character, its index in ``text``."""
+    per folded character, its index in ``text`` (None: the same text, indices unchanged)."""
     if text.isascii():
-        return text, list(range(len(text)))
+        return text, None
     chars: list[str] = []
     where: list[int] = []
     for index, ch in enumerate(text):
@@ -121,6 +122,7 @@ def _fold(text: str) -> tuple[str, list[int]]:
     return "".join(chars), where
 
 
+@functools.lru_cache(maxsize=1024)
 def prompt_headings(*templates: str | None) -> tuple[str, ...]:
     """Lines of the prompt templates that give the prompt its structure (``GOLD:``, ``## Student
     Response``, ``===== Inputs =====``, ``<|Problem|>``): literal lines that end with a colon or
@@ -138,22 +140,29 @@ def prompt_headings(*templates: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def _heading_patterns(headings: Iterable[str]) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(r"(?m)^[ \t>*_]*" + re.escape(h)) for h in headings)
+@functools.lru_cache(maxsize=1024)
+def _headings_pattern(headings: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One pattern for every heading at the start of a line (markdown quote/emphasis allowed)."""
+    if not headings:
+        return None
+    return re.compile(r"(?m)^[ \t>*_]*(?:" + "|".join(re.escape(h) for h in sorted(headings, key=len, reverse=True))
+                      + ")")
 
 
 def defuse(text: str, verdict: VerdictFormat[object] | None, headings: Sequence[str] = ()) -> str:
     """``text`` with every span a verdict reader, a chat template or a reader of the prompt's
     structure could mistake for its own replaced by a ``[removed: ...]`` note."""
     folded, where = _fold(text)
+    heading = _headings_pattern(tuple(headings))
     spans: list[tuple[int, int, str]] = []
     for kind, patterns in (("verdict-like text", verdict.markers if verdict else ()),
                            ("control token", (_CONTROL_TOKENS,)), ("fence marker", (_FENCE_LIKE,)),
-                           ("prompt heading", _heading_patterns(headings))):
+                           ("prompt heading", (heading,) if heading else ())):
         for pattern in patterns:
             for match in pattern.finditer(folded):
-                if match.end() > match.start():
-                    spans.append((where[match.start()], where[match.end() - 1] + 1, kind))
+                start, end = match.span()
+                if end > start:
+                    spans.append((start, end, kind) if where is None else (where[start], where[end - 1] + 1, kind))
     if not spans:
         return text
     spans.sort()
@@ -171,13 +180,13 @@ def defuse(text: str, verdict: VerdictFormat[object] | None, headings: Sequence[
 
 
 def fence_tag(*texts: str) -> str:
-    """12 hex digits keyed by this process's secret: unpredictable to the response, the same for
-    the same texts (identical judge requests stay cacheable)."""
-    mac = hmac.new(_SECRET, digestmod=hashlib.blake2b)
+    """12 hex digits keyed by this process's secret (keyed BLAKE2b): unpredictable to the response,
+    the same for the same texts (identical judge requests stay cacheable)."""
+    digest = hashlib.blake2b(key=_SECRET[:32], digest_size=6)
     for text in texts:
-        mac.update(text.encode("utf-8", "surrogatepass"))
-        mac.update(b"\0")
-    return mac.hexdigest()[:12]
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        digest.update(b"\0")
+    return digest.hexdigest()
 
 
 def drop_fenced(reply: str, tag: str) -> str:
@@ -216,7 +225,7 @@ def judge_prompt(template: str, verdict: VerdictFormat[T], *, untrusted: Mapping
     if guard == "verbatim":
         prompt = template.format(**trusted, **untrusted)
         return JudgePrompt(_messages(prompt, system), verdict, None, dict(untrusted))
-    tag = fence_tag(template, *untrusted.values())
+    tag = fence_tag(*untrusted.values())
     headings = prompt_headings(template, system)
     shown = {name: defuse(value, verdict, headings) for name, value in untrusted.items()}
     fenced = {name: f"{_OPEN.format(tag=tag)}\n{value}\n{_CLOSE.format(tag=tag)}" for name, value in shown.items()}

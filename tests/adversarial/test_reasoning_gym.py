@@ -50,7 +50,7 @@ async def test_attack_answer_that_exhausts_the_scorer_is_a_zero(scorer):
     # in full. The deadline hits after the worker burned the CPU: the answer's cost, reward 0 —
     # not a masked timeout that would let it escape its zero.
     task_row = row("polynomial_multiplication")
-    env = await scorer(ENV, cpu_workers=1, cpu_task_timeout_s=2.0, answer_cost_cpu_s=0.2)
+    env = await scorer(ENV, cpu_workers=1, cpu_task_timeout_s=2.0, deadline_cpu_share=0.1)
     reply = await env.verify(task_row, "<answer>9**9**9</answer>")
     assert_refused(reply)
     assert reply["scored_by"] == "deadline"

@@ -237,13 +237,13 @@ async def test_a_costly_answer_scores_zero_and_a_starved_worker_is_masked():
     # A worker that passes the deadline without using the CPU (SIGSTOP stands in for an overloaded
     # machine) is infrastructure: failure class timeout, masked, not cached.
     env = registry.instantiate("math", overrides={"cpu_task_timeout_s": 3.0, "cpu_workers": 1,
-                                                  "answer_cost_cpu_s": 0.2})
+                                                  "deadline_cpu_share": 0.1})
     service = EnvService(env)
     await service.start()
     try:
         _, reply = await service.verify(_row("(x+1)^{3000}", "\\boxed{(x+2)^{2999}}"))
         assert "_ng_failure_class" not in reply and reply["reward"] == 0.0, reply
-        assert reply["scored_by"] == "deadline" and reply["deadline_cpu_s"] >= 0.2
+        assert reply["scored_by"] == "deadline" and reply["deadline_cpu_s"] >= 0.3
         assert reply["extracted_answer"] == "(x+2)^{2999}"
         assert env._results.get(("(x+1)^{3000}", "(x+2)^{2999}")) == (0.0, "deadline", None)
         _, again = await service.verify(_row("(x+1)^{3000}", "\\boxed{(x+2)^{2999}}"))
