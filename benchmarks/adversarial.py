@@ -1,7 +1,8 @@
 """Attacks refused and honest answers kept, per environment, and what the hardening costs.
 
     python benchmarks/adversarial.py                        # suite + CPU vs main (about 15 min)
-    python benchmarks/adversarial.py --skip-cost            # the suite only (about 3 min)
+    python benchmarks/adversarial.py --skip-cost            # the suite only (about 4 min)
+    python benchmarks/adversarial.py --skip-suite           # the CPU comparison only
     python benchmarks/adversarial.py --base main --requests 6000 --envs math,mcqa
 
 1. **Suite**: runs ``pytest tests/adversarial`` (every file: i26a's and i26b's) and counts, per
@@ -160,13 +161,15 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=6000, help="verify_cost.py requests per run")
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--skip-cost", action="store_true", help="only run the suite (and the judge prompt timing)")
+    parser.add_argument("--skip-suite", action="store_true", help="only measure (the CPU comparison, judge prompts)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments for the suite, e.g. -k math")
     args = parser.parse_args()
     started = time.time()
     loadavg = Path("/proc/loadavg").read_text().split()[:3]
     result: dict[str, Any] = {"benchmark": "adversarial", "cpus": len(os.sched_getaffinity(0)),
-                              "loadavg_before": loadavg, "suite": run_suite(args.pytest_args),
-                              "judge_prompt": judge_prompt_cost()}
+                              "loadavg_before": loadavg, "judge_prompt": judge_prompt_cost()}
+    if not args.skip_suite:
+        result["suite"] = run_suite(args.pytest_args)
     if not args.skip_cost:
         cost = compare_cost(args)
         result["cpu_per_verification"] = cost
