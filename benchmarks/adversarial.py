@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -164,6 +165,7 @@ def main() -> int:
     parser.add_argument("--skip-suite", action="store_true", help="only measure (the CPU comparison, judge prompts)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments for the suite, e.g. -k math")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still removes its base worktree
     started = time.time()
     loadavg = Path("/proc/loadavg").read_text().split()[:3]
     result: dict[str, Any] = {"benchmark": "adversarial", "cpus": len(os.sched_getaffinity(0)),

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servers.environment import DeadlineCostConfig
+
 _TOKEN = re.compile(r"\d+(?:\.\d+)?|\\[a-zA-Z]+|\*\*|!!|\S")
 _DROP = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg|displaystyle|textstyle|limits|nolimits)\b|\\[,;:! ]|~")
 _TEXT_ARG = re.compile(r"\\(?:text|mathrm|textbf|mbox|operatorname|mathbf|textit)\s*\{[^{}]*\}")
@@ -54,17 +56,12 @@ class CostLimits(BaseModel):
     max_range: int = Field(10_000, ge=1, description="Most terms of a \\sum or \\prod with a numeric bound.")
 
 
-class AnswerCostConfig(BaseModel):
+class AnswerCostConfig(DeadlineCostConfig):
     """Config keys of the environments scoring answers with math-verify (math, math_python)."""
 
     answer_limits: CostLimits = Field(
         default_factory=CostLimits, description="An extracted answer past one of these limits scores 0 "
                                                 "(scored_by refused_costly) without reaching math-verify.")
-    deadline_cpu_share: float = Field(
-        0.5, gt=0, le=1, description="A scoring call past its deadline after its worker spent at least this share "
-                                     "of the deadline on the CPU is the answer's cost: reward 0 (scored_by deadline). "
-                                     "Less CPU means the worker waited for a CPU (an overloaded machine): failure "
-                                     "class timeout (masked), so an honest slow answer is never zeroed by load.")
 
 
 class _Costly(Exception):

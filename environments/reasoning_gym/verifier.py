@@ -16,7 +16,7 @@ from environments.reasoning_gym.generate import generate_rows
 from environments.reasoning_gym.scoring import extract_answer, known_tasks, score_entry
 from servers.answer_text import strip_think
 from servers.cpu_pool import CpuTimeout
-from servers.environment import EnvConfig, Environment, Verdict
+from servers.environment import DeadlineCostConfig, EnvConfig, Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
 
 Rule = Literal["answer_tag", "boxed", "answer_line", "full_text"]
@@ -44,15 +44,11 @@ class RGRow(RowModel):
     metadata: RGMetadata
 
 
-class RGConfig(EnvConfig):
+class RGConfig(DeadlineCostConfig, EnvConfig):
     extraction: list[Rule] = Field(
         default_factory=lambda: ["answer_tag", "boxed", "answer_line", "full_text"],
         description="Answer extraction rules tried in order (NeMo-Gym: answer_tag, boxed, full_text).")
-    deadline_cpu_share: float = Field(
-        0.5, gt=0, le=1, description="A scoring call past its deadline after its worker spent at least this share "
-                                     "of the deadline on the CPU is the answer's cost: reward 0 (scored_by deadline). "
-                                     "Less CPU means the worker waited for a CPU (an overloaded machine): failure "
-                                     "class timeout (masked), so an honest slow answer is never zeroed by load.")
+
 
 
 class ReasoningGymEnvironment(Environment):
