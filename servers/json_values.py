@@ -40,32 +40,34 @@ def loads(text: str | bytes) -> Any:
 
 def non_finite_path(value: Any) -> str | None:
     """The path (``a/0/b``; ``<root>`` for the value itself) of the first NaN or infinite float
-    in ``value`` (dicts, lists, scalars), or None when there is none. Iterative: a value nested
-    thousands deep (YAML allows it) is walked, not a RecursionError."""
+    in ``value`` (dicts, lists, scalars), or None when there is none. Iterative, and each container
+    is visited once: a value nested thousands deep, or YAML aliases sharing one list a billion times
+    over ("billion laughs"), costs its size in distinct objects, not its expanded size."""
     if not _has_non_finite(value):  # the common case, without building a path per item
         return None
     stack: list[tuple[Any, str]] = [(value, "")]
+    seen: set[int] = set()
     while stack:
         item, where = stack.pop()
         if isinstance(item, float):
             if not math.isfinite(item):
                 return where or "<root>"
-        elif isinstance(item, dict):
-            stack.extend((v, f"{where}/{k}" if where else str(k)) for k, v in reversed(list(item.items())))
-        elif isinstance(item, (list, tuple)):
-            stack.extend((v, f"{where}/{i}" if where else str(i)) for i, v in reversed(list(enumerate(item))))
+        elif isinstance(item, (dict, list, tuple)) and id(item) not in seen:
+            seen.add(id(item))
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((v, f"{where}/{k}" if where else str(k)) for k, v in reversed(list(pairs)))
     return None
 
 
 def _has_non_finite(value: Any) -> bool:
     stack = [value]
+    seen: set[int] = set()
     while stack:
         item = stack.pop()
         if isinstance(item, float):
             if not math.isfinite(item):
                 return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+        elif isinstance(item, (dict, list, tuple)) and id(item) not in seen:
+            seen.add(id(item))
+            stack.extend(item.values() if isinstance(item, dict) else item)
     return False

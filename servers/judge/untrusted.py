@@ -109,8 +109,9 @@ def regex_verdict(pattern: re.Pattern[str], values: Mapping[str, T],
 def _fold(text: str) -> tuple[str, list[int] | None]:
     """``text`` as a reader sees it (NFKC, lookalikes mapped, invisible characters dropped) and,
     per folded character, its index in ``text`` (None: the same text, indices unchanged)."""
-    if text.isascii():
-        return text, None
+    if text.isascii() or (unicodedata.is_normalized("NFKC", text) and not INVISIBLE.search(text)
+                          and text.translate(_LOOKALIKES) == text):
+        return text, None  # nothing to fold (most text, accents and CJK included): no per-character map
     chars: list[str] = []
     where: list[int] = []
     for index, ch in enumerate(text):

@@ -91,3 +91,31 @@ async def test_control_answer_quoting_a_think_tag_in_code(scorer):
     reply = await env.verify(row(["keywords:existence"], [{"keywords": ["regex"]}]),
                              'Use a regex: pattern = "<think>.*" matches the opening tag.')
     assert_scores(reply)
+
+
+# Huge responses built to make a checker's regex backtrack: each was quadratic (seconds to minutes
+# of event-loop time per response) before its linear rewrite. pytest's timeout is the hang guard.
+HUGE = {
+    "blank_lines_for_bullet_count": (row(["detectable_format:number_bullet_lists"], [{"num_bullets": 3}]), "\n" * 300_000),
+    "open_brackets_for_placeholders": (row(["detectable_content:number_placeholders"], [{"num_placeholders": 2}]),
+                                       "[" * 300_000),
+    "open_angles_for_title": (row(["detectable_format:title"], [None]), "<<" * 150_000),
+    "whitespace_for_postscript": (row(["detectable_content:postscript"], [{"postscript_marker": "P.S."}]),
+                                  " \n\t" * 100_000),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", sorted(HUGE))
+async def test_attack_huge_response_built_to_backtrack(scorer, name):
+    task_row, text = HUGE[name]
+    env = await scorer(ENV)
+    assert_refused(await env.verify(task_row, text))
+
+
+async def test_control_honest_formats_still_count(scorer):
+    env = await scorer(ENV)
+    task_row = row(["detectable_format:number_bullet_lists", "detectable_content:number_placeholders",
+                    "detectable_format:title", "detectable_content:postscript"],
+                   [{"num_bullets": 2}, {"num_placeholders": 1}, None, {"postscript_marker": "P.S."}])
+    assert_scores(await env.verify(task_row, "<<The Sea>>\n\n* calm at [time]\n\n* wide\n\nP.S. bring a coat"))

@@ -82,3 +82,33 @@ async def test_control_tool_call_arguments_score(scorer):
     response = {**response_from_text(""), "output": [{"type": "function_call", "name": "record", "call_id": "c1",
                                                       "arguments": '{"age": 36, "name": "Ada"}'}]}
     assert_scores(await env.verify(row("json", response_mode="tool_call", tool_name="record"), response))
+
+
+def alias_bomb(levels: int = 12) -> str:
+    lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines)
+
+
+# Outputs built to crash or stall the parser: libyaml crashed the whole server process (SIGSEGV) on
+# 100,000 nested brackets; a backtick wall and a brace wall were quadratic; a YAML alias bomb made
+# the NaN walk visit 9^11 nodes. pytest's timeout is the hang guard.
+HUGE = {
+    "yaml_nested_brackets": ("yaml", "[" * 100_000),
+    "yaml_nested_braces": ("yaml", "{" * 100_000),
+    "toml_nested_brackets": ("toml", "a = " + "[" * 100_000),
+    "json_backtick_wall": ("json", "`" * 150_000),
+    "json_brace_wall": ("json", "{" * 150_000),
+    "json_key_wall": ("json", '{"' * 100_000),
+    "json_deep_objects": ("json", '{"a":' * 50_000),
+    "yaml_backtick_wall": ("yaml", "`" * 150_000),
+    "yaml_alias_bomb": ("yaml", alias_bomb()),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", sorted(HUGE))
+async def test_attack_output_built_to_crash_or_stall_the_parser(scorer, name):
+    fmt, text = HUGE[name]
+    env = await scorer(ENV)
+    assert_refused(await env.verify(row(fmt), text), at_most=env.env.config.parse_weight)
