@@ -96,7 +96,17 @@ _WORD = re.compile(rf"[{_IDENT_CHAR}]")
 
 
 def blank_comments_and_strings(code: str) -> str:
-    """``code`` with comment and literal contents replaced by spaces (newlines kept, so offsets
+    return _lex(code)[0]
+
+
+def leaves_open(code: str) -> bool:
+    """The code ends inside a comment or a literal (a cut-off answer, or one that would swallow
+    whatever the verifier appends, its own ``#print axioms`` included)."""
+    return _lex(code)[1]
+
+
+def _lex(code: str) -> tuple[str, bool]:
+    """(``code`` with comment and literal contents replaced by spaces (newlines kept, so offsets
     and line numbers do not move), read the way Lean's lexer reads it, so that nothing Lean runs
     as code can pass here for a comment or a string (a scan that disagrees with Lean is a way
     past it). Block comments nest (doc comments are block comments); ``\\"`` does not end a
@@ -141,6 +151,8 @@ def blank_comments_and_strings(code: str) -> str:
                 else:
                     j += 1
             blank(code[i:j])
+            if depth:
+                return "".join(out), True
             i = j
         elif two == "--":
             j = code.find("\n", i)
@@ -154,7 +166,10 @@ def blank_comments_and_strings(code: str) -> str:
         elif ch == "r" and not word_before and _RAW_STRING_OPEN.match(code, i):
             hashes = _RAW_STRING_OPEN.match(code, i).group(1)  # type: ignore[union-attr]
             close = code.find('"' + hashes, i + 2 + len(hashes))
-            stop = n if close < 0 else close + 1 + len(hashes)
+            if close < 0:
+                blank(code[i:])
+                return "".join(out), True
+            stop = close + 1 + len(hashes)
             blank(code[i:stop])
             i = stop
         elif ch == "«":
@@ -177,7 +192,7 @@ def blank_comments_and_strings(code: str) -> str:
         else:
             out.append(ch)
             i += 1
-    return "".join(out)
+    return "".join(out), bool(stack)
 
 
 def forbidden_tokens(proof: str, forbidden: list[str]) -> list[str]:

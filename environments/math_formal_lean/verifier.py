@@ -37,7 +37,7 @@ from servers.wire import FailureClass, ResponseObject, RowModel
 
 from . import lean_messages
 from .checkers import CompileResult, KiminaChecker, LocalLeanChecker
-from .proof import BuiltProof, build, forbidden_tokens, raises_lean_limits, theorem_name
+from .proof import BuiltProof, build, forbidden_tokens, leaves_open, raises_lean_limits, theorem_name
 
 ENV_DIR = "{env_dir}"
 # What a proof may not contain (comments and strings excluded): placeholders, new axioms,
@@ -199,6 +199,8 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
             return Outcome("no_proof", built, feedback="No Lean 4 proof found: give the complete theorem with its "
                            "proof in one ```lean4 code block.")
         found = forbidden_tokens(built.proof, cfg.forbidden)
+        if leaves_open(built.proof):
+            found.append("an unterminated comment or string")
         if found:
             return Outcome("forbidden", built, forbidden=found, feedback=f"The proof uses {', '.join(found)}, which is "
                            "not allowed: the theorem must be proved without placeholders, new axioms or "
@@ -262,6 +264,8 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
                                          "stdout": result.output, "stderr": result.detail}
             extras["messages"] = [m.as_dict() for m in result.messages[:20]]
             extras["compile_s"] = round(result.seconds, 3)
+            if result.cpu_s is not None:
+                extras["compile_cpu_s"] = round(result.cpu_s, 3)
         proven = outcome.status == "completed"
         extras["needs_correction"] = not proven
         if not proven and outcome.feedback:
