@@ -26,10 +26,11 @@ import time
 import uuid
 from typing import Any, Mapping, Sequence
 
-from .base import (ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxPathError,
-                   SandboxSpec, run_terms)
+from .base import (ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxSpec,
+                   run_terms)
 from .bwrap import THREAD_ENV, limits_argv
 from .ceiling import Ceiling
+from .container_archive import archive_dir, replace_dir
 from .longlived import ContainerProcess
 from .runner import RawOutcome
 from .verdicts import classify
@@ -129,39 +130,13 @@ class ContainerSandbox(Sandbox):
     async def archive_workspace(self, *, max_bytes: int) -> bytes:
         self._check_alive()
         async with self._lock:
-            return await asyncio.to_thread(self._archive, max_bytes)
-
-    def _archive(self, max_bytes: int) -> bytes:
-        try:
-            stream, _ = self._container.get_archive(self.spec.workdir.rstrip("/") + "/.")
-            buf = io.BytesIO()
-            for chunk in stream:
-                buf.write(chunk)
-                if buf.tell() > max_bytes:
-                    raise SandboxPathError(f"the workspace holds more than {max_bytes} bytes")
-        except SandboxError:
-            raise
-        except Exception as exc:
-            raise SandboxError(f"cannot archive the workspace: {exc}") from exc
-        return buf.getvalue()
+            return await asyncio.to_thread(archive_dir, self._container, self.spec.workdir, max_bytes)
 
     async def extract_workspace(self, archive: bytes) -> None:
         self._check_alive()
         async with self._lock:
-            await asyncio.to_thread(self._extract, archive)
-
-    def _extract(self, archive: bytes) -> None:
-        api = self._backend.client.api
-        try:
-            kid = api.exec_create(self._container.id, ["find", self.spec.workdir, "-mindepth", "1", "-delete"],
-                                  user=self._backend.user or "")
-            api.exec_start(kid)
-            if not self._container.put_archive(self.spec.workdir, archive):
-                raise SandboxError("put_archive of the workspace failed")
-        except SandboxError:
-            raise
-        except Exception as exc:
-            raise SandboxError(f"cannot extract the workspace: {exc}") from exc
+            await asyncio.to_thread(replace_dir, self._backend.client.api, self._container, self._backend.user or "",
+                                    self.spec.workdir, archive)
 
     @property
     def container_id(self) -> str:
