@@ -83,10 +83,15 @@ class SandboxedEnvironment:
     @property
     def backend(self) -> SandboxBackend:
         if self._sandbox_backend is None:
-            self._sandbox_backend = open_backend(self.config.sandbox_backend, **self.config.sandbox_options)
+            self._sandbox_backend = open_backend(self.config.sandbox_backend, **self.sandbox_backend_options())
         return self._sandbox_backend
 
     # ---- what an environment may override ------------------------------------------------
+    def sandbox_backend_options(self) -> dict[str, Any]:
+        """The backend's constructor options: ``sandbox_options`` from the config; an
+        environment adds its own (terminal: a read-only folder of its check's helpers)."""
+        return dict(self.config.sandbox_options)
+
     def sandbox_run_limits(self) -> Limits:
         """The limits of this environment's usual sandboxed run (reported, clamped, at start)."""
         limits = getattr(self.config, "limits", None)

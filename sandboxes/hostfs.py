@@ -25,8 +25,9 @@ _MS_NOSUID, _MS_NODEV = 0x2, 0x4
 _MNT_DETACH = 0x2
 # What a path the workspace's contents block gives: a directory where a file goes (EISDIR),
 # a symlink (ELOOP: O_NOFOLLOW), a file where a directory goes (ENOTDIR, EEXIST), write
-# bits taken away (EACCES, EPERM). Any other OSError is the host's problem.
-_PATH_ERRNOS = frozenset({errno.EISDIR, errno.ELOOP, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM})
+# bits taken away (EACCES, EPERM), a FIFO or socket (ENXIO). Any other OSError is the host's problem.
+_PATH_ERRNOS = frozenset({errno.EISDIR, errno.ELOOP, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM,
+                          errno.ENXIO})
 
 
 def is_root() -> bool:
@@ -124,8 +125,12 @@ def _write_one(root: Path, rel: str, content: bytes | str, owner: int | None, wo
     _makedirs_owned(root, parent, owner)
     target = parent / os.path.basename(rel)
     data = content.encode() if isinstance(content, str) else bytes(content)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    # O_NONBLOCK: a FIFO the program left at the path would block the open forever (no
+    # reader); with it the open fails (ENXIO) or gives a non-regular file, refused below.
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SandboxPathError(f"cannot upload {rel!r}: something other than a regular file is there")
         view = memoryview(data)
         while view:  # os.write may write less than asked for large buffers
             view = view[os.write(fd, view):]

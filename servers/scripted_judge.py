@@ -10,7 +10,9 @@ reach in CI is the judge model, not HTTP), and what tests use to inject failures
 * ``fail_next``: HTTP statuses answered before normal service resumes (429, 503, ...);
 * ``garbage``: answer 200 with a reply that holds no verdict;
 * ``stall_s``: answer only after this long (past the client's deadline);
-* ``await stop()`` / ``await start(port=same)``: the judge goes down and comes back.
+* ``await stop()`` / ``await start(port=same)``: the judge goes down and comes back;
+* ``responder``: a function of the prompt that replaces the table (a naive model for adversarial
+  tests: one that quotes the response after its verdict, or counts labels).
 
 Table file (``environments/<name>/data/scripted_judge.yaml``)::
 
@@ -32,7 +34,7 @@ from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import orjson
 import yaml
@@ -74,9 +76,11 @@ def _prompt_text(body: dict[str, Any]) -> str:
 
 
 class ScriptedJudge:
-    def __init__(self, rules: list[Rule] | None = None, default_reply: str = "", *, latency_s: float = 0.0):
+    def __init__(self, rules: list[Rule] | None = None, default_reply: str = "", *, latency_s: float = 0.0,
+                 responder: Callable[[str], str] | None = None):
         self.rules = list(rules or [])
         self.default_reply = default_reply
+        self.responder = responder
         self.latency_s = latency_s
         self.stall_s = 0.0
         self.garbage = False
@@ -100,6 +104,8 @@ class ScriptedJudge:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def reply_for(self, prompt: str) -> str:
+        if self.responder is not None:
+            return self.responder(prompt)
         for rule in self.rules:
             if all(s in prompt for s in rule.contains):
                 return rule.reply

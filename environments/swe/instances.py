@@ -54,6 +54,17 @@ class SweContainerConfig(SandboxLimitsConfig, EnvConfig):
     warm_pool_size: int = Field(0, ge=0, description="Grading containers kept started per image (0: start one per grade).")
     warm_pool_images: int = Field(4, ge=1, description="Images with a warm pool at once (least recently used dropped).")
     log_tail_chars: int = Field(4000, ge=0, description="Characters of the test log in the reply.")
+    protect_test_infrastructure: bool = Field(
+        True, description="Put back test code, conftest.py, pytest/tox/setup.cfg/pyproject settings, sitecustomize/.pth, "
+        "package metadata and bytecode the patch changed, and remove new modules that shadow the standard library or "
+        "the test tools (environments/swe/integrity.py). false = SWE-bench / NeMo-Gym parity.")
+    result_channel: Literal["harness", "log"] = Field(
+        "harness", description="Where per-test statuses come from: harness = a result channel the test run's harness "
+        "writes outside the repository (a printed or atexit-forged log is never read); log = the test log, as SWE-bench "
+        "and NeMo-Gym read it (parity).")
+    log_channel_repos: list[str] = Field(
+        ["sympy/sympy", "sphinx-doc/sphinx"], description="Repositories whose test runner the harness cannot hook "
+        "(sympy's bin/test, tox): read from the log even with result_channel harness.")
 
 
 class InstanceSandboxes(SandboxedEnvironment):
@@ -124,6 +135,15 @@ class InstanceSandboxes(SandboxedEnvironment):
                     asyncio.ensure_future(done.result().destroy())
             task.add_done_callback(cleanup)
             raise
+
+    def uses_channel(self, repo: str) -> bool:
+        return self.config.result_channel == "harness" and repo not in self.config.log_channel_repos
+
+    @property
+    def grade_scratch(self) -> str:
+        """Where a grade's own files go in the sandbox, outside the repository (apptainer: /tmp is
+        private to each exec, so a hidden folder of the bound workdir)."""
+        return f"{WORKSPACE}/.verigym" if self.config.sandbox_backend == "apptainer" else "/tmp"
 
     async def prime(self, sandbox: Sandbox, repo_dir: str) -> str:
         """Where the repository is in this sandbox (apptainer: copy it to the writable workdir)."""

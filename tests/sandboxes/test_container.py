@@ -197,3 +197,20 @@ async def test_long_lived_process_keeps_state_and_is_killed(backend):
         assert (await ended.read_until(b"never", timeout=30)).data == b"bye\n"
         assert await ended.wait(30) == 3
     assert flood.returncode is not None  # destroy killed it
+
+
+async def test_end_processes_and_workspace_archive(backend):
+    async with await backend.create(SandboxSpec(files={"a.txt": "1"})) as sb:
+        r = await sb.exec("mkdir -p d/e && echo 2 > d/e/b.txt && ln -s d/e/b.txt link && "
+                          "(nohup sh -c 'while :; do echo x >> g; sleep 0.05; done' >/dev/null 2>&1 &)")
+        assert r.ok, r.text("stderr")
+        await sb.end_processes()
+        r = await sb.exec("wc -c < g > n1; sleep 0.3; wc -c < g > n2; cmp -s n1 n2 && ps -eo comm= | grep -c sleep")
+        assert r.text().strip() == "0", r.text() + r.text("stderr")  # nothing writes any more
+        archive = await sb.archive_workspace(max_bytes=1 << 20)
+        with pytest.raises(SandboxError):
+            await sb.archive_workspace(max_bytes=10)
+    async with await backend.create(SandboxSpec(files={"stale.txt": "x"})) as fresh:
+        await fresh.extract_workspace(archive)
+        r = await fresh.exec("ls -A | sort | tr '\\n' ' '; cat link; readlink link")
+        assert r.text() == "a.txt d g link n1 n2 2\nd/e/b.txt\n", r.text()  # stale.txt is gone

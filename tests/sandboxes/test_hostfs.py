@@ -52,6 +52,14 @@ async def test_upload_over_what_the_program_made(sandbox):
     assert os.path.isdir(sandbox.host_workdir / "check.sh")
 
 
+async def test_upload_over_a_fifo_or_socket_does_not_block(sandbox):
+    res = await sandbox.exec("mkfifo pipe && python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"")
+    assert res.ok, res.text("stderr")
+    for path in ("pipe", "sock"):  # opening a FIFO without a reader for writing used to block forever
+        with pytest.raises(SandboxPathError):
+            await sandbox.upload({path: "exit 0\n"})
+
+
 async def test_create_with_colliding_spec_files(process_backend):
     with pytest.raises(SandboxPathError):
         await process_backend.create(SandboxSpec(files={"a": "1", "a/b": "2"}))
