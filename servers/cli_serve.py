@@ -86,14 +86,24 @@ _SAY_WAITING_AFTER_S = 5.0
 _ABORT_GRACE_S = 5.0
 
 
-def _fatal_reason(body: str) -> str | None:
-    """The ``fatal`` reason of a 503 /health body (the environment cannot work here), if any."""
+def _environment_check(body: str) -> dict:
     try:
         env_check = json.loads(body).get("checks", {}).get("environment", {})
     except (ValueError, AttributeError):
-        return None
-    fatal = env_check.get("fatal") if isinstance(env_check, dict) else None
+        return {}
+    return env_check if isinstance(env_check, dict) else {}
+
+
+def _fatal_reason(body: str) -> str | None:
+    """The ``fatal`` reason of a 503 /health body (the environment cannot work here), if any."""
+    fatal = _environment_check(body).get("fatal")
     return str(fatal) if fatal else None
+
+
+def _not_ready_reason(status: int, body: str) -> str:
+    """What to show of a /health that is not 200: the environment's one-line error when it has one."""
+    error = _environment_check(body).get("error")
+    return f"{status}: {error}" if error else f"{status} {body}"
 
 
 async def _wait_healthy(url: str, timeout_s: float, name: str = "", progress: dict[str, str] | None = None,
@@ -114,7 +124,7 @@ async def _wait_healthy(url: str, timeout_s: float, name: str = "", progress: di
                     fatal = _fatal_reason(body) if r.status == 503 else None
                     if fatal:
                         raise ServeError(f"{name or url}: /health 503, cannot work here: {fatal}")
-                    last = f"{r.status} {body}"
+                    last = _not_ready_reason(r.status, body)
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = repr(exc)
             if progress is not None:

@@ -74,5 +74,6 @@ class JudgedConfig(BaseModel):
         default_factory=dict, description="Named judges: {name: {base_url, model, api, ...}}; the environment "
                                           "says which names it needs.")
     judge_health: Literal["require", "report"] = Field(
-        "require", description="require: /health answers 503 while a judge endpoint is unreachable (the server "
-                               "cannot score); report: /health shows the judge's state but stays 200.")
+        "require", description="require: /health answers 503 while a judge endpoint is unreachable, does not serve "
+                               "the judge's model, or has its circuit open (the server cannot score); report: "
+                               "/health shows the judge's state but stays 200.")

@@ -25,7 +25,8 @@ async def scripted():
 
 
 def point_at(judge: ScriptedJudge, *names: str, **cfg: Any) -> dict[str, Any]:
-    return {"judges": {name: {"base_url": judge.url, **FAST, **cfg} for name in names}}
+    # The model the scripted judge serves, unless a test names another: /health checks it is served.
+    return {"judges": {name: {"base_url": judge.url, "model": judge.models[0], **FAST, **cfg} for name in names}}
 
 
 def rubric_row(answer: str, *questions: str, **fields: Any) -> dict[str, Any]:
