@@ -45,13 +45,15 @@ def cmd_blends(_: argparse.Namespace) -> int:
 def cmd_data_prep(args: argparse.Namespace) -> int:
     from trainer.blends import BlendError
     from trainer.data_prep import DataPrepError, prep_blend
+    from trainer.placeholders import PlaceholderError, local_sources_from_cli
 
     out = _data_dir(args)
     try:
         result = prep_blend(args.blend, out, sample=args.sample, force=args.force,
                             input_path=Path(args.input) if args.input else None, skip_invalid=args.skip_invalid,
-                            pass_rates=Path(args.pass_rates) if args.pass_rates else None)
-    except (BlendError, DataPrepError) as exc:
+                            pass_rates=Path(args.pass_rates) if args.pass_rates else None,
+                            placeholder_sources=local_sources_from_cli(args.placeholder_source or []))
+    except (BlendError, DataPrepError, PlaceholderError) as exc:
         print(f"driver data prep: {exc}", file=sys.stderr)
         return 1
     c = result.manifest["counts"]
@@ -196,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pass-rates", metavar="FILE",
                    help="per-prompt pass rates written by `driver rollout --split train` (<output>_pass_rates.jsonl): "
                         "set on the train rows for the blend's curriculum (max_pass_rate, sort_by_difficulty)")
+    p.add_argument("--placeholder-source", action="append", metavar="NAME=PATH",
+                   help="a local copy of a placeholder source dataset (rlvr blends: DAPO-Math-17k, Skywork-OR1) instead "
+                        "of the hub: NAME is dapo, skywork, the hub id or a blend's dataset name; PATH a JSONL or "
+                        "parquet file of the source's split, or its downloaded folder (repeatable)")
     p.set_defaults(func=cmd_data_prep)
 
     p = sub.add_parser("rollout", help="generate K responses per prompt and score them on the env servers",
