@@ -93,3 +93,15 @@ def renamed_key(dotted: str, backend: Backend) -> str | None:
         return None
     where = "the built-in engine" if backend == "local" else "NeMo-RL's config (--backend nemo-rl)"
     return f"{dotted!r} (the Nemotron recipe's key) is {target} in {where}"
+
+
+def renamed_within(dotted: str, value: object, backend: Backend) -> str | None:
+    """:func:`renamed_key` for ``dotted`` or any key under it when it is a section given as a
+    mapping (``policy.megatron_cfg: {optimizer: {lr: ...}}`` holds a recipe key)."""
+    said = renamed_key(dotted, backend)
+    if said is None and isinstance(value, dict):
+        for key, inner in value.items():
+            said = renamed_within(f"{dotted}.{key}", inner, backend)
+            if said:
+                break
+    return said
