@@ -95,11 +95,17 @@ def _parse_urls(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from servers.model.loading import ModelLoadError, resolve_source
     from trainer.blends import BlendError, load_blend
     from trainer.data_prep import DataPrepError, prep_blend
     from trainer.generation import SamplingParams
     from trainer.rollout import RolloutSettings, format_summary, read_rollouts
 
+    try:
+        args.model = resolve_source(args.model)  # a checkpoint root or its `latest` -> the step (as envs model serve)
+    except ModelLoadError as exc:
+        print(f"driver rollout: --model {exc}", file=sys.stderr)
+        return 1
     try:
         blend = load_blend(args.blend)
         split_file = Path(args.input) if args.input else DEFAULT_DATA_ROOT / blend.name / f"{args.split}.jsonl"
@@ -214,7 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="only the first N prompts")
     p.add_argument("--output", help="rollout JSONL (default runs/rollouts_BLEND_SPLIT.jsonl)")
     p.add_argument("--env-url", action="append", metavar="NAME=URL", help="use a running server for NAME (repeatable)")
-    p.add_argument("--model", default="tiny", help="policy.model_name: 'tiny' or a local model path (default tiny)")
+    p.add_argument("--model", default="tiny",
+                   help="policy.model_name: 'tiny', a Hugging Face folder, a run's checkpoints folder or its "
+                        "checkpoints/latest (the newest step), or a hub id (default tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)

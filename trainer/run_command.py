@@ -232,6 +232,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"data: {out} is not prepared; a real run prepares it (`driver data prep --blend {cfg.data.blend}`; "
                   "offline: --input FILE, or HF_HUB_OFFLINE=1 with the files in the Hugging Face cache)")
         return 0
+    from servers.model.loading import ModelLoadError, resolve_source
+
+    try:  # a run's checkpoints folder or its `latest` -> the step it names (the resolver envs model serve uses)
+        cfg.policy.model_name = resolve_source(cfg.policy.model_name)
+    except ModelLoadError as exc:
+        print(f"driver run: policy.model_name: {exc}", file=sys.stderr)
+        return 2
     print(plan(cfg, envs, len(train), len(val), (recipe_line, data_line)), flush=True)
     from trainer.fleet import Fleet
     from trainer.grpo.engine import run_grpo
