@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import orjson
-from tqdm import tqdm
 
 from trainer import env_catalog
 from trainer.blends import Blend, Source
 from trainer.curriculum import SOURCE_KEY, attach_pass_rates, read_pass_rates, row_key
 from trainer.env_catalog import EnvCatalog
 from trainer.placeholders import PLACEHOLDER_KEY, PlaceholderError, PlaceholderSourceError, SourceTables, resolve_row
+from trainer.progress import progress
 from trainer.reasoning_control import apply_reasoning_control
 
 PREP_VERSION = 2  # 2: rows validated by the environment's own row model (envs validate), routes in the manifest
@@ -359,20 +359,23 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
     if blend.placeholders.resolve:
         tables = SourceTables({**blend.placeholders.local_sources, **opts.placeholder_sources})
         pending = [r for r in loaded if PLACEHOLDER_KEY in r.row]
-        for r in tqdm(pending, desc="resolve placeholders", unit="row", disable=not opts.progress or not pending):
-            try:
-                r.row = resolve_row(r.row, tables.fetch)
-                resolved += 1
-            except PlaceholderSourceError as exc:
-                raise SourceUnavailable(f"{exc} ({len(pending)} placeholder rows need it)") from None
-            except PlaceholderError as exc:
-                rejected.append(Rejected(r.source, r.line, f"placeholder: {exc}", r.row))
+        with progress(len(pending), desc="resolve placeholders", unit="row",
+                      enabled=opts.progress and bool(pending)) as bar:
+            for r in pending:
+                try:
+                    r.row = resolve_row(r.row, tables.fetch)
+                    resolved += 1
+                except PlaceholderSourceError as exc:
+                    raise SourceUnavailable(f"{exc} ({len(pending)} placeholder rows need it)") from None
+                except PlaceholderError as exc:
+                    rejected.append(Rejected(r.source, r.line, f"placeholder: {exc}", r.row))
+                bar.update(1)
 
     validator = RowValidator(blend)
     bad_ids = {id(r.row) for r in rejected}
     candidates = [r for r in loaded if id(r.row) not in bad_ids]
     valid: list[Loaded] = []
-    with tqdm(total=len(candidates), desc="validate", unit="row", disable=not opts.progress) as bar:
+    with progress(len(candidates), desc="validate", unit="row", enabled=opts.progress) as bar:
         for start_at in range(0, len(candidates), VALIDATE_CHUNK):
             chunk = candidates[start_at:start_at + VALIDATE_CHUNK]
             for r, reason in zip(chunk, validator.check_all([r.row for r in chunk])):
