@@ -224,9 +224,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (ProfileError, LaunchError) as exc:
             print(f"driver run: {exc}", file=sys.stderr)
             return 2
+    judge_lines, judge_problems = [], []
+    if envs and not cfg.env.urls:  # judges this run's environments will call, checked before anything starts
+        from trainer.model_servers import ModelServerError, local_report
+
+        try:
+            judge_lines, judge_problems = local_report(envs, cfg.env.server_config)
+        except ModelServerError as exc:
+            print(f"driver run: env.server_config: {exc}", file=sys.stderr)
+            return 2
     if args.dry_run:
         print(to_yaml(cfg))
         print("# plan\n" + plan(cfg, envs, len(train), len(val), (recipe_line, data_line)))
+        print("\n".join(judge_lines + [f"missing: {p}" for p in judge_problems]))
         if not train and cfg.data.blend:
             out = Path(args.data_dir) if args.data_dir else Path("data") / Path(cfg.data.blend).stem
             print(f"data: {out} is not prepared; a real run prepares it (`driver data prep --blend {cfg.data.blend}`; "
@@ -240,6 +250,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"driver run: policy.model_name: {exc}", file=sys.stderr)
         return 2
     print(plan(cfg, envs, len(train), len(val), (recipe_line, data_line)), flush=True)
+    if judge_lines:
+        print("\n".join(judge_lines), flush=True)
+    if judge_problems:
+        for problem in judge_problems:
+            print(f"driver run: {problem}", file=sys.stderr)
+        return 2
     from trainer.fleet import Fleet
     from trainer.grpo.engine import run_grpo
     from trainer.grpo.interrupt import StopRequest, as_run_interrupted

@@ -104,6 +104,7 @@ def _assert_trained(log_dir: Path, job_id: str) -> None:
     log = (log_dir / "job" / f"slurm-{job_id}.log").read_text(errors="replace")
     assert "fleet gate: 2 server(s) healthy: math x1, reasoning_gym x1" in log, log[-3000:]
     assert "run summary" in log and "job exit status 0" in log, log[-3000:]
+    assert "srun: error" not in log, log[-3000:]  # every step of a clean job ends with status 0 (Ray's included)
     steps = [json.loads(x)["step"] for x in (log_dir / "metrics.jsonl").read_text().splitlines() if "train/reward" in x]
     assert steps == [1, 2]
     assert json.loads((log_dir / "summary.json").read_text())["steps"] == 2
@@ -168,3 +169,35 @@ def test_slurm_three_nodes_ray_spans_two_and_the_fleet_runs_on_the_third(tmp_pat
     assert len(ray_nodes.split()) == 2 and len(fleet_nodes.split()) == 1 and fleet_nodes not in ray_nodes
     assert "RAY-NODES 2 p3 " in out and "fleet gate: 1 server(s) healthy: math x1" in out
     assert _leftovers(f"verigym-ray-{_job_id(out)}-") == []
+
+
+@slurm
+@pytest.mark.train
+@pytest.mark.timeout(1200)
+def test_slurm_job_starts_the_genrm_model_server_gates_on_it_and_trains_with_no_judge_error(tmp_path, tiny_genrm):
+    """`driver run --blend tiny_rlhf -c tiny_rlhf --run PROFILE` where the profile says how to serve the
+    GenRM ([P.model_servers.genrm]: `envs model serve` on CPU): the job starts it, gates on /health and
+    /v1/models listing tiny_genrm, points the genrm environment at it (env.server_config's other keys
+    reach the fleet too) and trains with every sample scored."""
+    env_file = tmp_path / "env.toml"
+    env_file.write_text('[genrm-slurm]\nexecutor = "slurm"\npartition = "debug"\nnodes = 1\ntime = "00:20:00"\n'
+                        f'[genrm-slurm.model_servers.genrm]\nmodel = "tiny_genrm"\nsource = "{tiny_genrm}"\n'
+                        'engine = "envs-model"\n')
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "trainer.cli", "run", "--blend", "tiny_rlhf", "-c", "tiny_rlhf", "--run", "genrm-slurm",
+           "--env-file", str(env_file), "--data-dir", str(tmp_path / "data"), f"logger.log_dir={run}",
+           "grpo.max_num_steps=2", "grpo.val_at_end=false", "logger.progress_bar=false"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1100, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "tiny_genrm: started by the job (envs-model" in done.stdout  # the plan
+    job_id = _job_id(done.stdout)
+    log = (run / "job" / f"slurm-{job_id}.log").read_text(errors="replace")
+    ready = next(line for line in log.splitlines() if line.startswith("model server: tiny_genrm ready at "))
+    url = ready.rsplit(" ", 1)[-1]
+    fleet = next(line for line in log.splitlines() if line.startswith("fleet: ") and "envs serve genrm" in line)
+    assert f'genrm.judges.genrm.base_url="{url}"' in fleet and "127.0.0.1:8000" not in fleet  # the job's server, not the default
+    assert "genrm.judges.genrm.max_output_tokens=64" in fleet  # env.server_config reached the job's fleet
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["failed_samples"] == 0, summary["failures_by_class"]
+    assert "srun: error" not in log and "job exit status 0" in log
+    assert _leftovers(f"verigym-ray-{job_id}-") == [] and _leftovers(str(tiny_genrm)) == []  # the model server stopped too
