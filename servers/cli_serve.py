@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import json
 import logging
 import os
-import resource
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from servers.cpu_pool import usable_cpus
+from servers.process_budget import fork_failure_hint
 
 READY_MARK = "VERIGYM-READY "
 
@@ -86,27 +85,6 @@ async def _pump_output(child: Child, echo: bool) -> None:
 _SAY_WAITING_AFTER_S = 5.0
 # Children of a start that is abandoned (signal, fatal health) get this long after SIGTERM.
 _ABORT_GRACE_S = 5.0
-
-
-def _process_limit_hint(exc: OSError) -> str:
-    """Why a fork failed with EAGAIN: the per-user process limit, which counts every process of
-    this uid (a user's shell and editor included), not only this server's."""
-    if exc.errno != errno.EAGAIN:
-        return ""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-    if soft == resource.RLIM_INFINITY:
-        return ""
-    uid = os.getuid()
-    running = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == uid)
-    return (f"; the hard RLIMIT_NPROC inherited by envs serve is {hard} (soft {soft}), and it counts every process "
-            f"of uid {uid} ({running} running now): raise it (ulimit -u / prlimit --nproc)")
-
-
-def _owner(path: Path) -> int | None:
-    try:
-        return path.stat().st_uid
-    except OSError:
-        return None
 
 
 def _environment_check(body: str) -> dict:
@@ -184,7 +162,7 @@ async def spawn_servers(names: list[str], *, host: str = "127.0.0.1", port: int 
                                                                stdin=asyncio.subprocess.DEVNULL)
             except OSError as exc:
                 raise ServeError(f"{name}: cannot work here: its server process could not be started "
-                                 f"({exc.strerror or exc}){_process_limit_hint(exc)}") from None
+                                 f"({exc.strerror or exc}){fork_failure_hint(exc.errno)}") from None
             child = Child(name, process)
             child.output_task = asyncio.create_task(_pump_output(child, echo_output))
             children.append(child)

@@ -18,6 +18,11 @@ from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
 from trainer.data_prep import DataPrepError
 
 
+# Threads a local run holds at once, measured for the tiny recipe (Ray's local cluster with one
+# generator, two environment servers): 340-360. A user's RLIMIT_NPROC counts them all.
+LOCAL_RUN_THREADS = 400
+
+
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "run", help="train the policy with async GRPO against the blend's environment servers",
@@ -249,6 +254,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         print(f"driver run: policy.model_name: {exc}", file=sys.stderr)
         return 2
+    if cfg.cluster.ray_address is None:  # a local Ray: its threads count against a user's RLIMIT_NPROC
+        from servers.process_budget import shortfall
+
+        short = shortfall(LOCAL_RUN_THREADS, "a local run (Ray, the trainer and generator actors, the environment servers)")
+        if short:
+            print(f"driver run: {short}", file=sys.stderr)
+            return 2
     print(plan(cfg, envs, len(train), len(val), (recipe_line, data_line)), flush=True)
     if judge_lines:
         print("\n".join(judge_lines), flush=True)
