@@ -32,9 +32,13 @@ def add_parser(subparsers: Any) -> None:
         epilog="Outputs in logger.log_dir: metrics.jsonl, reward_curve.png, summary.json, config.yaml, checkpoints/ "
                "(rerunning the same command resumes from the latest checkpoint).")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotlist config overrides")
-    p.add_argument("-c", "--config", default="tiny", help="config name in trainer/configs/ or a YAML path (default: tiny)")
+    p.add_argument("-c", "--config", default="tiny",
+                   help="config name in trainer/configs/ or a YAML path (default: tiny); the Nemotron recipe's names "
+                        "work too: rlvr1|rlvr2|rlvr3 (= -c rlvr --blend rlvrN), small, test")
     p.add_argument("--blend", default=None, help="blend name (blends/<name>.yaml); sets data.blend")
-    p.add_argument("--data-dir", default=None, help="prepared data folder (default: data/<blend>)")
+    p.add_argument("--data-dir", default=None,
+                   help="prepared data folder (default: data/<blend>): a folder `driver data prep` wrote is used with "
+                        "that prep's choices (--input, --skip-invalid, ...), redone only when the blend or inputs change")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and the plan, start nothing")
     p.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints in the log dir")
     p.add_argument("--backend", choices=["local", "nemo-rl"], default="local",
