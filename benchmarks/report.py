@@ -92,7 +92,7 @@ def _spread(s: dict[str, float]) -> str:
 
 def _tiny(r: dict[str, Any]) -> str:
     v = r["validation"]
-    return (f"greedy validation {_spread(v['step0'])} → {_spread(v['final'])} over seeds {r['seeds']} "
+    return (f"greedy validation {_spread(v['step0'])} → {_spread(v['final'])} over seeds {', '.join(map(str, r['seeds']))} "
             f"(gain {v['gain']['min']:+.2f} to {v['gain']['max']:+.2f}); in-flight weight updates "
             f"{n(r['in_flight_weight_updates']['min'])}-{n(r['in_flight_weight_updates']['max'])} per run; "
             f"{n(r['wall_seconds']['min'])}-{n(r['wall_seconds']['max'])} s per run")
@@ -100,7 +100,7 @@ def _tiny(r: dict[str, Any]) -> str:
 
 def _tiny_tools(r: dict[str, Any]) -> str:
     v = r["validation"]
-    return (f"greedy validation {_spread(v['step0'])} → {_spread(v['final'])} over seeds {r['seeds']}, "
+    return (f"greedy validation {_spread(v['step0'])} → {_spread(v['final'])} over seeds {', '.join(map(str, r['seeds']))}, "
             f"{r['failed_samples']} failed samples")
 
 
