@@ -73,16 +73,27 @@ def umount(path: Path) -> None:
 
 
 def wipe_dir(path: Path) -> None:
-    """Remove everything under ``path`` even if the program chmod'ed things to 000."""
-    def fix_and_retry(func, p, _exc):  # type: ignore[no-untyped-def]
+    """Remove everything under ``path`` even if the program chmod'ed things to 000 or the
+    workspace itself to read-only. Root ignores those modes; an unprivileged server (whose
+    sandboxes run as its own uid) gets its write and search bits back first."""
+    retried: set[str] = set()
+
+    def fix_and_retry(func, p, exc_info):  # type: ignore[no-untyped-def]
+        if p in retried:  # chmod did not help: a real error, not a mode the program set
+            raise exc_info[1]
+        retried.add(p)
         try:
             os.chmod(os.path.dirname(p), 0o700)
             if os.path.isdir(p) and not os.path.islink(p):
                 os.chmod(p, 0o700)
-            func(p)
+                # func may be the walk's own os.open/os.scandir of p: redo the walk below p
+                shutil.rmtree(p, onerror=fix_and_retry)
+            else:
+                os.unlink(p)
         except FileNotFoundError:
             pass
 
+    os.chmod(path, 0o700)
     for entry in list(os.scandir(path)):
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, onerror=fix_and_retry)

@@ -104,11 +104,13 @@ class InstanceSandboxes(SandboxedEnvironment):
 
     async def health(self) -> dict[str, Any]:
         backend = await super().health()
-        if not backend.get("ok"):
+        if not backend.get("ok") and not backend.get("fatal") and self.config.sandbox_backend == "container":
             backend.setdefault("hint", f"the {getattr(self, 'name', 'swe')} env needs a container engine: run "
                                        "scripts/ci_podman.sh (Podman's Docker API) or set DOCKER_HOST / sandbox_options.base_url")
-        return {"ok": bool(backend.get("ok")), "sandbox_backend": self.config.sandbox_backend, "backend": backend,
-                "warm_pools": {ref: {"idle": p.idle, "total": p.total} for ref, p in self._pools.items()}}
+        # fatal (a backend that cannot work here, e.g. no apptainer binary) at the top: envs serve stops at once
+        lifted = {key: backend[key] for key in ("fatal", "error") if backend.get(key)}
+        return {"ok": bool(backend.get("ok")), **lifted, "sandbox_backend": self.config.sandbox_backend,
+                "backend": backend, "warm_pools": {ref: {"idle": p.idle, "total": p.total} for ref, p in self._pools.items()}}
 
     async def close(self) -> None:
         for pool in self._pools.values():

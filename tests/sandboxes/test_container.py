@@ -2,12 +2,12 @@
 
 The module fixture runs ``scripts/ci_podman.sh`` (idempotent) and
 ``sandboxes/images/build_test_image.sh`` (skips when the image exists), and stops the
-Podman service afterwards if it started it. Skips only when podman is not installed.
+Podman service afterwards if it started it. Skips when podman is not installed, or not as
+root (tests/podman_access.py).
 """
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
+from tests.podman_access import skip_unless_root_podman
 
 pytestmark = pytest.mark.podman
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +37,7 @@ def _api_up() -> bool:
 
 @pytest.fixture(scope="module")
 def podman_api():
-    if shutil.which("podman") is None:
-        pytest.skip("podman not installed (apt-get install podman runc)")
+    skip_unless_root_podman("the container-backend tests")
     started = not _api_up()
     subprocess.run([str(ROOT / "scripts/ci_podman.sh")], check=True, capture_output=True, timeout=60)
     subprocess.run([str(ROOT / "sandboxes/images/build_test_image.sh")], check=True, timeout=600)

@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from sandboxes import Limits, SandboxSpec
-from tests.sandbox_processes import sandbox_pids
+from tests.sandbox_processes import sandbox_pids, uid_inside
 
 pytestmark = pytest.mark.bwrap
 
@@ -90,7 +90,7 @@ async def test_process_is_sandboxed(sandbox, tmp_path):
     proc = await sandbox.start_process(["/bin/sh", "-c", SHELL_LOOP], env={"ONLY": "this"})
     await proc.write_stdin(f"cat {secret}; echo $ONLY $HOME; id -u\n".encode())
     got = await proc.read_until(b"@@END", timeout=10)
-    assert b"hostsecret" not in got.data and f"this /workspace\n{sandbox.uid}\n".encode() in got.data
+    assert b"hostsecret" not in got.data and f"this /workspace\n{uid_inside(sandbox)}\n".encode() in got.data
     await proc.kill()
 
 
