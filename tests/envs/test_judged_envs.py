@@ -4,7 +4,6 @@ does to samples (judge_error, masked), to the server (healthy, serving) and to r
 
 from __future__ import annotations
 
-
 import asyncio
 import re
 from typing import Any
