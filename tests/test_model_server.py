@@ -252,14 +252,15 @@ def test_tool_call_blocks_are_parsed_out():
 
 def test_unsupported_parameters_name_themselves():
     for body, param in (({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
-                        ({"messages": [{"role": "user", "content": "x"}], "seed": 3}, "seed"),
+                        ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),
                         ({"messages": [{"role": "user", "content": "x"}],
                           "response_format": {"type": "json_object"}}, "response_format")):
         with pytest.raises(BadRequest) as err:
             openai_api.parse_chat(body)
         assert err.value.param == param
-    # bookkeeping parameters are accepted
+    # bookkeeping parameters are accepted, and so is a seed (the engine honours it)
     openai_api.parse_chat({"messages": [{"role": "user", "content": "x"}], "user": "u", "metadata": {}})
+    assert openai_api.parse_chat({"messages": [{"role": "user", "content": "x"}], "seed": 3}).sampling.seed == 3
 
 
 def test_vllm_command_exports_tiny_once(tmp_path):

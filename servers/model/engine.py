@@ -243,9 +243,9 @@ class DecodeEngine:
                 versions.append(self.version())
                 launch()
             step += 1
+            self.stats["decode_steps"] += 1
         self._sync(st, step, params, checked, stopped)
         self.stats["decode_s"] += time.perf_counter() - t0
-        self.stats["decode_steps"] += step - 1
         return self._collect(st, outputs, params, versions, stopped, prompt_lps, aborted, step)
 
     def _step_fn(self, st: _StepState, rows: int, slots: int, flags: SamplerFlags) -> Callable[[], None]:

@@ -106,6 +106,11 @@ class Scheduler:
         return len(self._waiting)
 
     @property
+    def running(self) -> int:
+        """Sequences in the batch in flight."""
+        return len(self._running)
+
+    @property
     def paused(self) -> bool:
         return self._paused
 

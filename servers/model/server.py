@@ -124,6 +124,7 @@ class ModelServer:
     async def _health(self, request: web.Request) -> web.Response:
         return _json(200, {"ok": True, "model": self.loaded.name, "engine": "verigym", "decode": self.engine.kind,
                            "device": self.loaded.device, "queued": self.scheduler.queued,
+                           "running": self.scheduler.running,
                            "paused": self.scheduler.paused, "weight_version": self.engine.weight_version,
                            "weight_transfer": self.transfer.backend if self.transfer else None})
 
@@ -265,6 +266,11 @@ class ModelServer:
             "# TYPE verigym_model_rejected_queue_full_total counter",
             f"verigym_model_rejected_queue_full_total{{{model}}} {st.rejected_queue_full}",
             "# TYPE verigym_model_queued gauge", f"verigym_model_queued{{{model}}} {self.scheduler.queued}",
+            "# HELP verigym_model_running Sequences in the batch being decoded (a paused batch included).",
+            "# TYPE verigym_model_running gauge", f"verigym_model_running{{{model}}} {self.scheduler.running}",
+            "# HELP verigym_model_decode_steps_total Decode steps launched (one token per sequence of the batch).",
+            "# TYPE verigym_model_decode_steps_total counter",
+            f"verigym_model_decode_steps_total{{{model}}} {self.engine.stats['decode_steps']}",
             "# TYPE verigym_model_pauses_total counter", f"verigym_model_pauses_total{{{model}}} {st.pauses}",
             "# TYPE verigym_model_paused gauge", f"verigym_model_paused{{{model}}} {int(self.scheduler.paused)}",
             "# TYPE verigym_model_weight_updates_total counter",
