@@ -166,6 +166,13 @@ async def test_content_type_route_and_method_errors(tiny_server):
     assert re.search(r'route="/v1/chat/completions",status="415"} [1-9]', metrics)
 
 
+async def test_rl_routes_are_off_without_weight_transfer_config(tiny_server):
+    """A judge's server (no --weight-transfer-config) cannot be paused or rewritten."""
+    for route in ("/pause?mode=keep", "/start_weight_update", "/update_weights"):
+        got, reply = await post(tiny_server["url"] + route, {})
+        assert got == 404 and "--weight-transfer-config" in reply["error"]["message"]
+
+
 # ---- batching and trainer checkpoints --------------------------------------------------------
 def _trainer_checkpoint(root: Path) -> Path:
     """A driver-style checkpoint root (checkpoints/step_000003 + latest) of the tiny policy."""
