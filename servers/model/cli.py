@@ -55,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="enable the RL routes (pause/resume, weight transfer) with this backend, as vLLM's flag: "
                         "'{\"backend\": \"disk\"}' (safetensors directory; any device) or "
                         "'{\"backend\": \"ipc\"}' (CUDA IPC from a trainer on the same GPU)")
+    p.add_argument("--cpu-threads", type=int, default=0,
+                   help="torch's intra-op CPU threads (default 0: torch's own choice, one per core). On a shared or "
+                        "busy CPU, 1 avoids threads spinning against other processes")
     p.add_argument("--enforce-eager", action="store_true",
                    help="verigym engine: run decode steps eagerly instead of as captured CUDA graphs")
     p.add_argument("--ready-file", help="write {\"url\", \"model\"} here once serving")
@@ -84,8 +87,10 @@ def cmd_model_serve(args: argparse.Namespace) -> int:
         require_torch()
         args.backend = _backend(args.weight_transfer_config)
         resolve_source(args.source)  # a wrong path fails before anything loads
-        if args.max_batch_size < 1 or args.max_queued < 1 or args.max_tokens < 1 or args.max_wait_ms < 0:
-            raise ModelLoadError("--max-batch-size, --max-queued and --max-tokens must be >= 1, --max-wait-ms >= 0")
+        if args.max_batch_size < 1 or args.max_queued < 1 or args.max_tokens < 1 or args.max_wait_ms < 0 \
+                or args.cpu_threads < 0:
+            raise ModelLoadError("--max-batch-size, --max-queued and --max-tokens must be >= 1, --max-wait-ms and "
+                                 "--cpu-threads >= 0")
         if args.seed is not None and args.source != "tiny":
             raise ModelLoadError("--seed seeds the tiny preset's weights; a checkpoint has its own")
         args.seed = args.seed or 0
@@ -97,7 +102,8 @@ def cmd_model_serve(args: argparse.Namespace) -> int:
             unused = [flag for flag, value, default in (
                 ("--device", args.device, "auto"), ("--max-batch-size", args.max_batch_size, 16),
                 ("--max-wait-ms", args.max_wait_ms, 10.0), ("--max-queued", args.max_queued, 1024),
-                ("--max-tokens", args.max_tokens, 512), ("--enforce-eager", args.enforce_eager, False))
+                ("--max-tokens", args.max_tokens, 512), ("--enforce-eager", args.enforce_eager, False),
+                ("--cpu-threads", args.cpu_threads, 0))
                 if value != default]
             if unused:
                 raise ModelLoadError(f"{', '.join(unused)} set the verigym engine; vLLM schedules its own "
@@ -123,6 +129,10 @@ async def _serve(args: argparse.Namespace) -> int:
     from servers.model.loading import load_model
     from servers.model.server import ModelServer
 
+    if args.cpu_threads:
+        import torch
+
+        torch.set_num_threads(args.cpu_threads)
     print(f"envs model serve: loading {args.source} ...", file=sys.stderr, flush=True)
     loaded = await asyncio.to_thread(load_model, args.source, device=args.device, dtype=args.dtype, seed=args.seed,
                                      served_name=args.served_model_name)

@@ -148,7 +148,7 @@ class DecodeEngine:
         self.decoder: StaticDecoder | HFDecoder = StaticDecoder(model) if self.static_problem is None else HFDecoder(model)
         on_cuda = self.decoder.device.type == "cuda"
         self.use_graphs = bool(on_cuda and isinstance(self.decoder, StaticDecoder) and (graphs is None or graphs))
-        self.graphs = GraphCache()
+        self.graphs = GraphCache(size=4)  # each captured step pins its own memory pool
         self._states: dict[tuple, _StepState] = {}
         # A fast tokenizer is one Rust object whose state calls mutate; two threads in it at once fail
         # ("Already borrowed"). Everyone using this tokenizer (request threads, this engine) takes this.

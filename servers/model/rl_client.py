@@ -116,7 +116,8 @@ class GenerationClient:
         """Sample ``n`` continuations of ``prompt_ids``: token ids, their logprobs and weight versions.
         Generation is not retried on a connection error (the server may have run part of it)."""
         body = {"prompt": list(prompt_ids), "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p,
-                "n": n, "logprobs": logprobs, "return_token_ids": True, "skip_special_tokens": True,
+                "n": n, "logprobs": logprobs, "return_token_ids": True, "return_tokens_as_token_ids": True,
+                "skip_special_tokens": True,
                 "include_stop_str_in_output": include_stop_str_in_output, **extra}
         if self.model:
             body["model"] = self.model

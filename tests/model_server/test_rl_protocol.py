@@ -36,7 +36,7 @@ def weights(seed: int) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def rl_server(tmp_path_factory):
     proc, info = start_model_server(tmp_path_factory.mktemp("rl"), "tiny", "--weight-transfer-config",
-                                    '{"backend": "disk"}', "--max-batch-size", "8")
+                                    '{"backend": "disk"}', "--max-batch-size", "8", "--cpu-threads", "1")
     yield info
     stop(proc)
     assert proc.returncode == 0
@@ -243,7 +243,8 @@ async def test_rl_routes_and_world_size(rl_server):
 # ---- a server that dies or hangs -------------------------------------------------------------
 async def test_a_server_that_dies_mid_run_is_a_connection_error_not_a_hang():
     with tempfile.TemporaryDirectory() as tmp:
-        proc, info = start_model_server(Path(tmp), "tiny", "--weight-transfer-config", '{"backend": "disk"}')
+        proc, info = start_model_server(Path(tmp), "tiny", "--weight-transfer-config", '{"backend": "disk"}',
+                                        "--cpu-threads", "1")
         try:
             async with GenerationClient(info["url"], timeout_s=60, retries=1, backoff_s=0.05) as c:
                 long = asyncio.create_task(c.complete(PROMPT, max_tokens=1500, temperature=1.0, ignore_eos=True))
@@ -261,7 +262,7 @@ async def test_a_server_that_dies_mid_run_is_a_connection_error_not_a_hang():
 
 async def test_a_hung_server_times_out_as_a_connection_error():
     with tempfile.TemporaryDirectory() as tmp:
-        proc, info = start_model_server(Path(tmp), "tiny")
+        proc, info = start_model_server(Path(tmp), "tiny", "--cpu-threads", "1")
         try:
             proc.send_signal(signal.SIGSTOP)
             async with GenerationClient(info["url"], timeout_s=2, retries=3) as c:

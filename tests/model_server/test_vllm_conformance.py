@@ -143,7 +143,7 @@ REPLIES: dict[str, dict[str, Any]] = {  # the router's JSON replies
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     proc, info = start_model_server(tmp_path_factory.mktemp("conf"), "tiny", "--weight-transfer-config",
-                                    '{"backend": "disk"}')
+                                    '{"backend": "disk"}', "--cpu-threads", "1")
     yield info
     stop(proc)
 
