@@ -127,11 +127,13 @@ async def test_pause_keep_holds_requests_in_flight_across_a_weight_update(rl_ser
         long = asyncio.create_task(c.complete(PROMPT, max_tokens=1500, temperature=1.0, seed=1, ignore_eos=True))
         await decoding(rl_server, since)
         await c.pause("keep")
-        assert await c.is_paused()
-        late = asyncio.create_task(c.complete(PROMPT, max_tokens=4, temperature=1.0, seed=2))  # sent while paused
-        await c.push_weights(weights(1), "1", SHM)
-        assert not long.done() and not late.done()  # nothing decodes while paused
-        await c.resume()
+        try:
+            assert await c.is_paused()
+            late = asyncio.create_task(c.complete(PROMPT, max_tokens=4, temperature=1.0, seed=2))  # sent while paused
+            await c.push_weights(weights(1), "1", SHM)
+            assert not long.done() and not late.done()  # nothing decodes while paused
+        finally:
+            await c.resume()
         out, after = (await long)[0], (await late)[0]
         await c.push_weights(weights(0), "default", SHM)
     switch = out.versions.index("1")
@@ -146,11 +148,13 @@ async def test_pause_abort_ends_the_batch_in_flight(rl_server):
         long = asyncio.create_task(c.complete(PROMPT, max_tokens=1500, temperature=1.0, seed=3, ignore_eos=True))
         await decoding(rl_server, since)
         await c.pause("abort")
-        out = (await long)[0]
-        late = asyncio.create_task(c.complete(PROMPT, max_tokens=3, temperature=0))
-        await asyncio.sleep(0.2)
-        assert not late.done() and await c.is_paused()  # paused after the abort: new work waits
-        await c.resume()
+        try:
+            out = (await long)[0]
+            late = asyncio.create_task(c.complete(PROMPT, max_tokens=3, temperature=0))
+            await asyncio.sleep(0.2)
+            assert not late.done() and await c.is_paused()  # paused after the abort: new work waits
+        finally:
+            await c.resume()
         assert (await late)[0].finish_reason in ("stop", "length")
     assert out.finish_reason == "abort" and 0 < len(out.token_ids) < 1500
     assert len(out.logprobs) == len(out.token_ids) == len(out.versions)
@@ -158,15 +162,19 @@ async def test_pause_abort_ends_the_batch_in_flight(rl_server):
 
 async def test_pause_wait_lets_submitted_requests_finish(rl_server):
     async with GenerationClient(rl_server["url"]) as c:
-        since = await steps(rl_server)
-        first = asyncio.create_task(c.complete(PROMPT, max_tokens=300, temperature=1.0, seed=4, ignore_eos=True))
-        await decoding(rl_server, since)
-        await c.pause("wait")
-        assert first.done() and (await first)[0].finish_reason == "length"  # /pause answered after it ended
-        late = asyncio.create_task(c.complete(PROMPT, max_tokens=3, temperature=0))
-        await asyncio.sleep(0.2)
-        assert not late.done()
-        await c.resume()
+        try:
+            since = await steps(rl_server)
+            first = asyncio.create_task(c.complete(PROMPT, max_tokens=300, temperature=1.0, seed=4, ignore_eos=True))
+            await decoding(rl_server, since)
+            await c.pause("wait")
+            assert await _metric(rl_server, "verigym_model_running") == 0  # /pause answered after it ended
+            out = (await first)[0]
+            assert out.finish_reason == "length" and len(out.token_ids) == 300
+            late = asyncio.create_task(c.complete(PROMPT, max_tokens=3, temperature=0))
+            await asyncio.sleep(0.2)
+            assert not late.done()
+        finally:
+            await c.resume()
         assert not await c.is_paused() and len((await late)[0].token_ids) <= 3
 
 
