@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from servers.model.openai_api import BadRequest, max_tokens_of, number, stop_strings
+from servers.model.openai_api import BadRequest, max_tokens_of, number, seed_of, stop_strings
 from servers.model.sampling import MAX_TOP_LOGPROBS, SamplingParams, SequenceOutput
 
 _KEYS = {"model", "prompt", "max_tokens", "n", "temperature", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos",
@@ -99,9 +99,6 @@ def parse(body: dict[str, Any]) -> CompletionRequest:
     stop_ids = body.get("stop_token_ids") or []
     if not isinstance(stop_ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
         raise BadRequest("stop_token_ids must be a list of token ids", param="stop_token_ids")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63):
-        raise BadRequest("seed must be a 64-bit integer", param="seed")
     top_p = number(body, "top_p", 1.0, 0.0, 1.0)
     if top_p == 0.0:
         raise BadRequest("top_p must be > 0", param="top_p")
@@ -110,7 +107,7 @@ def parse(body: dict[str, Any]) -> CompletionRequest:
     params = SamplingParams(max_new_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
                             temperature=number(body, "temperature", 1.0, 0.0, 2.0), top_p=top_p,
                             stop=stop_strings(body.get("stop")), stop_token_ids=tuple(stop_ids),
-                            ignore_eos=_flag(body, "ignore_eos", False), seed=seed, top_logprobs=logprobs or 0,
+                            ignore_eos=_flag(body, "ignore_eos", False), seed=seed_of(body), top_logprobs=logprobs or 0,
                             prompt_logprobs=_count(body, "prompt_logprobs", MAX_TOP_LOGPROBS))
     request_id = body.get("request_id") or uuid.uuid4().hex
     if not isinstance(request_id, str):

@@ -34,7 +34,8 @@ from typing import Any, Callable
 import torch
 
 from servers.model.decoder import HFDecoder, StaticDecoder, static_decoder_problem
-from servers.model.sampling import SamplerFlags, SamplingParams, SequenceOutput, sample
+from servers.model.loading import model_stop_ids
+from servers.model.sampling import SamplerFlags, SamplingParams, SequenceOutput, prompt_logprobs, sample
 from servers.model.step_graph import GraphCache
 
 OnStep = Callable[[int], None]
@@ -142,7 +143,7 @@ class DecodeEngine:
         self.weight_version: Any = "default"  # vLLM's label until one is set
         self._version = version or (lambda: self.weight_version)
         self.sync_every = max(1, sync_every)
-        self.stop_token_ids = sorted(set(stop_token_ids if stop_token_ids is not None else _model_stop_ids(model, tokenizer)))
+        self.stop_token_ids = sorted(set(stop_token_ids if stop_token_ids is not None else model_stop_ids(model, tokenizer)))
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 4096)
         self.static_problem = static_decoder_problem(model)
         self.decoder: StaticDecoder | HFDecoder = StaticDecoder(model) if self.static_problem is None else HFDecoder(model)
@@ -296,7 +297,7 @@ class DecodeEngine:
             for row, k in enumerate(want_prompt):
                 if k is not None:
                     u = owner[row]
-                    prompt_lps[row] = _prompt_logprobs(logits[u, P - len(unique[u]):], unique[u], k)
+                    prompt_lps[row] = prompt_logprobs(logits[u, P - len(unique[u]):], unique[u], k)
             logits = logits[:, -1]
         rows = torch.tensor(owner, device=device)
         if U != len(prompts):
@@ -407,32 +408,3 @@ class DecodeEngine:
                 target.copy_(value.to(device=target.device, dtype=target.dtype), non_blocking=True)
             if version is not None:
                 self.weight_version = version
-
-
-def _model_stop_ids(model: Any, tokenizer: Any) -> list[int]:
-    """EOS of the tokenizer and the generation config, plus ChatML's end-of-turn marker."""
-    ids = {tokenizer.eos_token_id}
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(eos if isinstance(eos, list) else [eos])
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
-    return sorted(i for i in ids if isinstance(i, int))
-
-
-def _prompt_logprobs(logits: torch.Tensor, prompt: list[int], k: int) -> list[dict[int, tuple[float, int]] | None]:
-    """vLLM's prompt_logprobs: None for the first token, then {token: (logprob, rank)} for the prompt
-    token and the ``k`` most likely (temperature 1)."""
-    logp = torch.log_softmax(logits[:-1].float(), dim=-1)  # position j predicts token j + 1
-    target = torch.tensor(prompt[1:], device=logits.device)
-    chosen = logp.gather(1, target.unsqueeze(1)).squeeze(1)
-    ranks = (logp > chosen.unsqueeze(1)).sum(dim=1) + 1
-    out: list[dict[int, tuple[float, int]] | None] = [None]
-    top_vals, top_ids = logp.topk(k, dim=-1) if k > 0 else (None, None)
-    for j, tok in enumerate(prompt[1:]):
-        entry = {tok: (float(chosen[j]), int(ranks[j]))}
-        if top_ids is not None and top_vals is not None:
-            for rank, (t, v) in enumerate(zip(top_ids[j].tolist(), top_vals[j].tolist()), start=1):
-                entry.setdefault(t, (v, rank))
-        out.append(entry)
-    return out

@@ -119,7 +119,7 @@ def max_tokens_of(body: dict[str, Any], *keys: str, allow_zero: bool = False) ->
     return None
 
 
-def _seed(body: dict[str, Any]) -> int | None:
+def seed_of(body: dict[str, Any]) -> int | None:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63):
         raise BadRequest("seed must be a 64-bit integer", param="seed")
@@ -180,7 +180,7 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     sampling = SamplingParams(max_new_tokens=max_tokens_of(body, "max_completion_tokens", "max_tokens"),
                               temperature=number(body, "temperature", 1.0, 0.0, 2.0),
                               top_p=number(body, "top_p", 1.0, 0.0, 1.0), n=n, stop=stop_strings(body.get("stop")),
-                              seed=_seed(body))
+                              seed=seed_of(body))
     if sampling.top_p == 0.0:
         raise BadRequest("top_p must be > 0", param="top_p")
     return ParsedRequest(model=body.get("model"), messages=messages, tools=body.get("tools") or None,

@@ -144,3 +144,21 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
         top_vals, top_ids = scaled.topk(flags.top_k, dim=-1)
         return tokens, token_lp, top_ids, top_vals - lse
     return tokens, token_lp, None, None
+
+
+def prompt_logprobs(logits: torch.Tensor, prompt: list[int], k: int) -> list[dict[int, tuple[float, int]] | None]:
+    """vLLM's prompt_logprobs: None for the first token, then {token: (logprob, rank)} for the prompt
+    token and the ``k`` most likely (temperature 1)."""
+    logp = torch.log_softmax(logits[:-1].float(), dim=-1)  # position j predicts token j + 1
+    target = torch.tensor(prompt[1:], device=logits.device)
+    chosen = logp.gather(1, target.unsqueeze(1)).squeeze(1)
+    ranks = ((logp > chosen.unsqueeze(1)).sum(dim=1) + 1).tolist()
+    top_vals, top_ids = logp.topk(k, dim=-1) if k > 0 else (None, None)
+    tops = list(zip(top_ids.tolist(), top_vals.tolist())) if top_ids is not None and top_vals is not None else None
+    out: list[dict[int, tuple[float, int]] | None] = [None]
+    for j, (tok, lp) in enumerate(zip(prompt[1:], chosen.tolist())):
+        entry = {tok: (lp, ranks[j])}
+        for rank, (t, v) in enumerate(zip(*tops[j]) if tops else (), start=1):
+            entry.setdefault(t, (v, rank))
+        out.append(entry)
+    return out
