@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+PREFILL_SCORES = 1 << 24  # attention scores (rows x prompt x prompt) one prefill chunk holds per head
 
 
 def static_decoder_problem(model: Any) -> str | None:
@@ -95,7 +96,7 @@ class StaticDecoder:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
     # ---- the forward ----------------------------------------------------------------------
-    def _layers(self, h: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, write: Any, rows: int,
+    def _layers(self, h: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, write: Any, rows: slice,
                 slots: int) -> torch.Tensor:
         """Run every decoder layer on ``h`` [B, T, H]; ``write(layer, k, v)`` stores the new keys/values."""
         B, T, _ = h.shape
@@ -110,7 +111,7 @@ class StaticDecoder:
                 q, k = attn.q_norm(q), attn.k_norm(k)
             q, k = _rope(q.transpose(1, 2), cos, sin), _rope(k.transpose(1, 2), cos, sin)
             write(i, k, v)
-            out = F.scaled_dot_product_attention(q, self.keys[i][:rows, :, :slots], self.values[i][:rows, :, :slots],
+            out = F.scaled_dot_product_attention(q, self.keys[i][rows, :, :slots], self.values[i][rows, :, :slots],
                                                  attn_mask=mask, scale=self.scaling, enable_gqa=True)
             h = h + attn.o_proj(out.transpose(1, 2).reshape(B, T, self.heads * self.head_dim))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
@@ -120,18 +121,27 @@ class StaticDecoder:
                 all_logits: bool = False) -> torch.Tensor:
         """Prompts [U, P] (right-aligned, ``valid`` marks real tokens) into cache rows ``[0, U)``, slots
         ``[0, P)``; the rest of each row's slots up to ``slots`` are cleared. Returns last-position
-        logits [U, V], or every position's [U, P, V] when ``all_logits``."""
+        logits [U, V], or every position's [U, P, V] when ``all_logits``. Runs in chunks of rows so a
+        chunk's attention scores stay within :data:`PREFILL_SCORES` per head."""
         U, P = ids.shape
-        self.valid[:U, :slots] = False
-        self.valid[:U, :P] = valid
+        chunk = max(1, PREFILL_SCORES // (P * P))
+        return torch.cat([self._prefill_rows(ids[r:r + chunk], positions[r:r + chunk], valid[r:r + chunk], r, slots,
+                                             all_logits) for r in range(0, U, chunk)])
+
+    def _prefill_rows(self, ids: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, first: int, slots: int,
+                      all_logits: bool) -> torch.Tensor:
+        n, P = ids.shape
+        rows = slice(first, first + n)
+        self.valid[rows, :slots] = False
+        self.valid[rows, :P] = valid
         causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()
         mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | torch.eye(P, dtype=torch.bool, device=ids.device)
 
         def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
-            self.keys[i][:U, :, :P] = k
-            self.values[i][:U, :, :P] = v
+            self.keys[i][rows, :, :P] = k
+            self.values[i][rows, :, :P] = v
 
-        h = self._layers(self.embed(ids), positions, mask.unsqueeze(1), write, U, P)
+        h = self._layers(self.embed(ids), positions, mask.unsqueeze(1), write, rows, P)
         return self.model.lm_head(h if all_logits else h[:, -1])
 
     def expand_rows(self, owner: torch.Tensor) -> None:
@@ -152,7 +162,7 @@ class StaticDecoder:
             self.keys[i][:rows].index_copy_(2, slot, k)
             self.values[i][:rows].index_copy_(2, slot, v)
 
-        h = self._layers(self.embed(tokens.view(rows, 1)), positions.view(rows, 1), mask, write, rows, slots)
+        h = self._layers(self.embed(tokens.view(rows, 1)), positions.view(rows, 1), mask, write, slice(0, rows), slots)
         return self.model.lm_head(h[:, -1])
 
 

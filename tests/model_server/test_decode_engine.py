@@ -249,3 +249,15 @@ def test_prompt_logprobs_score_the_prompt():
         assert abs(lp - float(ref[j, p[j + 1]])) < 1e-4
         assert rank == int((ref[j] > ref[j, p[j + 1]]).sum()) + 1
         assert len(entry) <= 3
+
+
+def test_a_prefill_in_chunks_of_rows_equals_one_prefill(monkeypatch):
+    import servers.model.decoder as decoder
+
+    ps = prompts()
+    params = [SamplingParams(max_new_tokens=12, temperature=1.0, seed=20 + i, ignore_eos=True) for i in range(4)]
+    whole = run(DecodeEngine(tiny(), TOK), ps, params)
+    monkeypatch.setattr(decoder, "PREFILL_SCORES", 1)  # one row per chunk
+    chunked = run(DecodeEngine(tiny(), TOK), ps, params)
+    for a, b in zip(whole, chunked):
+        assert a.token_ids == b.token_ids and max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
