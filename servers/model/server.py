@@ -82,11 +82,16 @@ class ModelServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
         self.scheduler.start()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        # before aiohttp waits for open requests: a batch parked by /pause?mode=keep would never end
+        self.scheduler.gate.pause(abort=True)
 
     async def _on_cleanup(self, app: web.Application) -> None:
         await self.scheduler.close()

@@ -268,6 +268,23 @@ async def test_a_server_that_dies_mid_run_is_a_connection_error_not_a_hang():
             stop(proc)
 
 
+async def test_stopping_a_paused_server_ends_its_requests_and_exits():
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, info = start_model_server(Path(tmp), "tiny", "--weight-transfer-config", '{"backend": "disk"}',
+                                        "--cpu-threads", "1")
+        try:
+            async with GenerationClient(info["url"], timeout_s=120) as c:
+                long = asyncio.create_task(c.complete(PROMPT, max_tokens=1500, temperature=1.0, ignore_eos=True))
+                await decoding(info, 0)
+                await c.pause("keep")
+                proc.terminate()
+                out = (await asyncio.wait_for(long, 60))[0]
+            assert out.finish_reason == "abort" and 0 < len(out.token_ids) < 1500
+            assert proc.wait(timeout=60) == 0
+        finally:
+            stop(proc)
+
+
 async def test_a_hung_server_times_out_as_a_connection_error():
     with tempfile.TemporaryDirectory() as tmp:
         proc, info = start_model_server(Path(tmp), "tiny", "--cpu-threads", "1")
