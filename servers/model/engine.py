@@ -210,8 +210,11 @@ class DecodeEngine:
         if st is None:
             st = self._states[key] = _StepState(B, L, key[2], flags.top_k, self.device)
         step_fn = self._step_fn(st, B, L, flags)
-        launch = self.graphs.get(key, lambda: step_fn) if self.use_graphs else None
-        launch = launch or step_fn  # before the prefill: a capture's warm-up steps write the cache
+        launch = None
+        if self.use_graphs:  # before the prefill: a capture's warm-up steps write the cache. Under the lock:
+            with self.lock:  # another thread's CUDA work (a weight copy) is not allowed during a capture
+                launch = self.graphs.get(key, lambda: step_fn)
+        launch = launch or step_fn
 
         if on_step is not None:
             on_step(0)
