@@ -11,8 +11,9 @@
    are listed apart, never counted as refused.
 2. **CPU per verification**: ``benchmarks/verify_cost.py`` for the rule-based environments, on this
    tree and on ``--base`` (a ``git worktree`` of it at a temporary path, removed afterwards) in
-   the same run, interleaved base/ours/ours/base so drifting machine load falls on both; the
-   server CPU-microseconds per request of both runs are averaged per side. ``ratio`` = ours / base.
+   the same run, interleaved base/ours/ours/base (``--repeats`` blocks) so drifting machine load
+   falls on both; the server CPU-microseconds per request of the runs are averaged per side.
+   ``ratio`` = ours / base.
 3. **Judge prompt**: microseconds to build one judge prompt, guarded (fenced, defused) vs
    verbatim, for each judged environment's template and a 2 KB response (in-process; the judge
    call itself is unchanged).
@@ -103,7 +104,7 @@ def compare_cost(args: argparse.Namespace) -> dict[str, Any]:
                                 text=True, check=True).stdout.strip()
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {"base": defaultdict(list), "ours": defaultdict(list)}
         for env_name in envs:  # base, ours, ours, base per environment: drift lands on both sides
-            for side in ("base", "ours", "ours", "base"):
+            for side in ("base", "ours", "ours", "base") * args.repeats:
                 runs[side][env_name].append(verify_cost(base_dir if side == "base" else ROOT, [env_name], args)[env_name])
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_dir)], capture_output=True)
@@ -161,6 +162,7 @@ def main() -> int:
     parser.add_argument("--traffic", default="unique,repeated", help="verify_cost.py traffic kinds")
     parser.add_argument("--requests", type=int, default=6000, help="verify_cost.py requests per run")
     parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="base/ours/ours/base blocks per environment")
     parser.add_argument("--skip-cost", action="store_true", help="only run the suite (and the judge prompt timing)")
     parser.add_argument("--skip-suite", action="store_true", help="only measure (the CPU comparison, judge prompts)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments for the suite, e.g. -k math")

@@ -153,13 +153,6 @@ def word_overlap(expected: str, got: str) -> float:
     return sum((want & have).values()) / total if total else 1.0
 
 
-def word_precision(expected: str, got: str) -> float:
-    """|common words| / |predicted words|: how much of the prediction the expected text accounts for."""
-    want, have = Counter(expected.strip().lower().split()), Counter(got.strip().lower().split())
-    size = sum(have.values())
-    return sum((want & have).values()) / size if size else 1.0
-
-
 def sequence_similarity(expected: str, got: str, threshold: float = 0.0) -> float:
     """``SequenceMatcher`` ratio of the trimmed, LF-normalised texts. Below ``threshold`` the
     cheap upper bounds may be returned instead (the full ratio is quadratic in the length)."""
@@ -179,8 +172,10 @@ def texts_match(expected: str, got: str, options: MatchOptions) -> bool:
     if options.text_match == "word_overlap":
         if len(expected.split()) < 2 or len(got.split()) < 2:
             return expected == got  # NeMo-Gym: one-word values must be identical
-        return word_overlap(expected, got) >= options.text_threshold and \
-            (options.min_word_precision <= 0 or word_precision(expected, got) >= options.min_word_precision)
+        want, have = Counter(expected.strip().lower().split()), Counter(got.strip().lower().split())
+        common, size = sum((want & have).values()), sum(have.values())
+        return common / (sum(want.values()) + size) >= options.text_threshold and \
+            (options.min_word_precision <= 0 or common / size >= options.min_word_precision)
     if options.text_match == "sequence":
         return sequence_similarity(expected, got, options.text_threshold) >= options.text_threshold
     return _norm_text(expected, options) == _norm_text(got, options)

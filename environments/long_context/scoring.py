@@ -180,7 +180,8 @@ def candidate_precision(prediction: str, golds: list[str], prompt: Callable[[], 
     if not suspects:
         return DumpCheck(1.0, [])
     text = prompt()
-    suspects -= {t.lower() for t in forms.loose.findall(text[-QUESTION_CHARS:])}
+    question = text[-QUESTION_CHARS:].lower()
+    suspects = {t for t in suspects if t not in question}
     if len(suspects) <= 32 and forms.case is not None:
         # A few names (an honest answer's other words of the gold's length): look each one up in the
         # gold's own case, instead of collecting every candidate of a long prompt.
