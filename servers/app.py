@@ -10,7 +10,9 @@ Routes
   GET  /info             name, domain, version, row fields, config, tools
   GET  /reverify_mode    "stateless" | "unsupported"
   POST /verify           row + response -> row echoed + reward (+ components, diagnostics)
-  POST /seed_session     row -> {"session_id"} + session cookie
+  POST /seed_session     row -> {"session_id"} + session cookie; or (NeMo-Gym >= 0.7)
+                         {resources_session_id, episode_id, task_id, task_data} -> {resources_session_id}
+  POST /close_session    {resources_session_id, episode_id} -> {resources_session_id} (NeMo-Gym >= 0.7)
   POST /aggregate_metrics
   POST /<tool_name>      tool call within the session named by the cookie
   POST /<endpoint>       a stateless route the environment declares (@endpoint; genrm's /compare)
@@ -37,15 +39,15 @@ import orjson
 from servers.environment import Environment
 from servers.http_server import HttpServer, Reply, Request, json_reply
 from servers.lazy_body import decode_unread_prompt
-from servers.service import EnvService, error
-from servers.wire import SESSION_COOKIE
+from servers.service import UNSCORABLE_CHOICES, EnvService, error
+from servers.wire import SESSION_COOKIE, UNSCORABLE_HEADER
 from servers.worker_group import WorkerGroup
 
 log = logging.getLogger("verigym.server")
 
 _ROLLOUT_PREFIX = re.compile(r"^/ng-rollout/[A-Za-z0-9][A-Za-z0-9._-]*(/.*)?$")
 SESSION_HEADER = "X-Verigym-Session"
-POST_ROUTES = frozenset({"/verify", "/seed_session", "/aggregate_metrics"})
+POST_ROUTES = frozenset({"/verify", "/seed_session", "/close_session", "/aggregate_metrics"})
 JSON_CONTENT_TYPES = ("application/json", "application/*+json")
 
 
@@ -132,16 +134,25 @@ class EnvServer:
         if isinstance(body, Reply):
             return body
         session_id = request.cookies.get(SESSION_COOKIE) or request.headers.get(SESSION_HEADER)
+        unscorable = request.headers.get(UNSCORABLE_HEADER)
+        if unscorable is not None:
+            unscorable = unscorable.strip().lower()
+            if unscorable not in UNSCORABLE_CHOICES:
+                return _json(*error(400, f"{UNSCORABLE_HEADER} must be one of {', '.join(UNSCORABLE_CHOICES)}, "
+                                         f"got {unscorable!r}"))
         if path == "/verify":
-            status, reply = await self.service.verify(body, session_id, raw=await request.read())
+            status, reply = await self.service.verify(body, session_id, raw=await request.read(),
+                                                      unscorable=unscorable)
             headers = {"Retry-After": "1"} if status == 503 else None
             return _json(status, reply, headers=headers)
         if path == "/seed_session":
-            status, reply, new_id = await self.service.seed_session(body)
+            status, reply, new_id = await self.service.seed_session(body, unscorable=unscorable)
             response = _json(status, reply, headers={"Retry-After": "1"} if status == 503 else None)
             if new_id:
                 response.set_cookie(SESSION_COOKIE, new_id, httponly=True, samesite="Lax")
             return response
+        if path == "/close_session":
+            return _json(*await self.service.close_session(body))
         if path == "/aggregate_metrics":
             return _json(*await self.service.aggregate(body))
         name = path[1:]
@@ -149,7 +160,12 @@ class EnvServer:
             return _json(*await self.service.call_endpoint(name, body))
         if "/" in name:
             return _json(*error(404, f"no route {path}"))
-        return _json(*await self.service.call_tool(name, body, session_id))
+        response = _json(*await self.service.call_tool(name, body, session_id))
+        if session_id and self.service.sessions.get(session_id) is not None:
+            # Gym's agents (<= 0.6) carry on with the cookies of the LAST resources reply, as Gym's
+            # own servers set theirs on every reply: a tool reply without it would lose the session.
+            response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="Lax")
+        return response
 
     async def _read_json(self, request: Request) -> Any:
         if request.content_length is not None and request.content_length > self.max_body:

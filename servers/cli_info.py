@@ -51,6 +51,50 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def judge_endpoints(names: list[str], pairs: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{env: {judge: {base_url, model, api_key_env, set}}}`` of each named environment's judges, from
+    its config as ``envs serve NAMES pairs...`` would load it (config.yaml, then the overrides:
+    ``key=v`` for all, ``NAME.key=v`` for one). ``set``: the overrides named this judge's base_url
+    (the user points it somewhere) rather than config.yaml's default. Environments without judges
+    are left out. A bad override is a ConfigError here, as it would be at serve time."""
+    from servers import registry
+    from servers.cli_serve import split_overrides
+
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, env_pairs in split_overrides(names, pairs).items():
+        entry = registry.get(name)
+        overrides = registry.parse_overrides(env_pairs)
+        config = registry.load_config(entry, entry.load_class(), overrides=overrides)
+        judges = getattr(config, "judges", None)
+        if not judges:
+            continue
+        given = overrides.get("judges", {}) if isinstance(overrides.get("judges"), dict) else {}
+        out[name] = {judge: {"base_url": cfg.base_url, "model": cfg.model, "api_key_env": cfg.api_key_env,
+                             "set": "base_url" in (given.get(judge) or {})}
+                     for judge, cfg in judges.items()}
+    return out
+
+
+def cmd_judges(args: argparse.Namespace) -> int:
+    from servers import registry
+    from servers.cli_serve import ServeError
+
+    names = [n for n in args.names if "=" not in n]
+    pairs = [n for n in args.names if "=" in n] + list(getattr(args, "overrides", []) or [])
+    try:
+        found = judge_endpoints(names, pairs)
+    except (registry.ConfigError, registry.UnknownEnvironment, ServeError) as exc:
+        print(f"envs judges: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(found))
+        return 0
+    for env, judges in found.items():
+        for judge, cfg in judges.items():
+            print(f"{env}.{judge}: {cfg['model']} at {cfg['base_url']}")
+    return 0
+
+
 def _row_error(model: Any, row: Any) -> dict[str, Any] | None:
     from servers.service import validation_detail
 
@@ -115,6 +159,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("names", nargs="*", metavar="NAME", help="environments (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object {name: describe()}")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("judges", help="the judge endpoints (base_url, model) environments would call, with overrides",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  envs judges genrm multichallenge\n"
+                              "  envs judges genrm judges.genrm.base_url=http://10.0.0.5:8000/v1 --json")
+    p.add_argument("names", nargs="+", metavar="NAME", help="environment names, then key=value / NAME.key=value overrides")
+    p.add_argument("--json", action="store_true", help="one JSON object {env: {judge: {base_url, model, ...}}}")
+    p.set_defaults(func=cmd_judges, overrides=[])
 
     p = sub.add_parser("validate", help="check rows with the environment's own row model (what /verify accepts)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,

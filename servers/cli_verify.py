@@ -112,7 +112,7 @@ async def _score_inprocess(name: str, rows: list[tuple[int, dict[str, Any]]], co
                            overrides: dict[str, Any], concurrency: int, bar: tqdm) -> list[tuple[int, int, Any]]:
     from servers import registry
     from servers.examples import run_script_inprocess
-    from servers.service import EnvService
+    from servers.service import REJECT, EnvService
 
     service = EnvService(registry.instantiate(name, config_file=config_file, overrides=overrides))
     await service.start()
@@ -124,7 +124,7 @@ async def _score_inprocess(name: str, rows: list[tuple[int, dict[str, Any]]], co
             bar.update(1)
             if problems:
                 return line, 0, {"error": "session script failed", "detail": problems}
-            status, reply = await service.verify(row, session_id)
+            status, reply = await service.verify(row, session_id, unscorable=REJECT)
             return line, status, reply
 
     try:

@@ -11,6 +11,10 @@
 When retries run out, ``verify`` does not raise: it returns a reply with a client-side
 failure class (``overloaded`` / ``connection_error``) so a rollout loop can count and mask
 it like any other infrastructure failure. Use ``raise_on_failure=True`` to get an exception.
+
+A row the server cannot score is a 422 (``EnvClientError``) by default: this client tells the
+server so (``X-Verigym-Unscorable: reject``). ``unscorable="mask"`` asks for what Gym's agents
+get instead: a 200 masked sample with failure class ``invalid_row`` (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, SESSION_COOKIE, FailureClass
+from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, SESSION_COOKIE, UNSCORABLE_HEADER, FailureClass
 
 
 class EnvClientError(RuntimeError):
@@ -57,7 +61,7 @@ class SessionHandle:
 class EnvClient:
     def __init__(self, urls: dict[str, str | list[str]], *, max_concurrency_per_server: int = 64,
                  timeout_s: float = 300.0, connect_timeout_s: float = 10.0, retries: int = 4,
-                 backoff_s: float = 0.25, max_backoff_s: float = 8.0):
+                 backoff_s: float = 0.25, max_backoff_s: float = 8.0, unscorable: str = "reject"):
         self._replicas: dict[str, list[_Replica]] = {
             env: [_Replica(u.rstrip("/"), asyncio.Semaphore(max_concurrency_per_server))
                   for u in ([v] if isinstance(v, str) else v)]
@@ -67,6 +71,7 @@ class EnvClient:
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
         self._session: aiohttp.ClientSession | None = None
         self.retried = 0
+        self._unscorable = {UNSCORABLE_HEADER: unscorable}
 
     async def __aenter__(self) -> "EnvClient":
         return self
@@ -144,7 +149,8 @@ class EnvClient:
             body["response"] = response
         replica = self._replica_for(env, session)
         try:
-            status, payload, _ = await self._post(replica, "/verify", body, session.headers if session else None)
+            status, payload, _ = await self._post(replica, "/verify", body,
+                                                  {**self._unscorable, **(session.headers if session else {})})
         except EnvClientError as exc:
             if raise_on_failure:
                 raise
@@ -163,7 +169,7 @@ class EnvClient:
 
     async def seed_session(self, env: str, row: dict[str, Any]) -> SessionHandle:
         replica = self._pick(env)
-        status, payload, cookies = await self._post(replica, "/seed_session", row)
+        status, payload, cookies = await self._post(replica, "/seed_session", row, self._unscorable)
         if status != 200:
             raise EnvClientError(f"{env} /seed_session answered {status}: {payload}", status=status, body=payload)
         session_id = cookies.get(SESSION_COOKIE) or (payload or {}).get("session_id")

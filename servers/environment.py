@@ -148,7 +148,8 @@ class EndpointSpec:
     method_name: str
 
 
-RESERVED_ROUTES = frozenset({"verify", "seed_session", "aggregate_metrics", "mcp", "health", "metrics", "info"})
+RESERVED_ROUTES = frozenset({"verify", "seed_session", "close_session", "aggregate_metrics", "mcp", "health", "metrics",
+                             "info"})
 
 
 class Runtime:
@@ -188,6 +189,10 @@ class Environment:
     # NeMo-Gym agent names (a row's ``agent_ref.name``) this environment answers; published on
     # /info so data prep can route rows without importing environments.
     agent_names: ClassVar[tuple[str, ...]] = ()
+    # Most model turns one rollout of this environment may take in a NeMo-Gym agent (its
+    # ``simple_agent``'s ``max_steps``; None = the agent's own default, no limit). Published on
+    # /info; the Gym fleet config carries it (a blend's ``agent_settings`` may override it).
+    max_steps: ClassVar[int | None] = None
 
     _tools: ClassVar[dict[str, ToolSpec]] = {}
     _endpoints: ClassVar[dict[str, EndpointSpec]] = {}
@@ -290,6 +295,7 @@ class Environment:
             "version": cls.version,
             "stateful": cls.stateful or bool(cls._tools),
             "agent_names": list(cls.agent_names),
+            "max_steps": cls.max_steps,
             "row_fields": cls.Row.model_json_schema(),
             "tools": [spec.schema() for spec in cls._tools.values()],
             "endpoints": {name: spec.description for name, spec in sorted(cls._endpoints.items())},

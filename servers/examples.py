@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servers.service import EnvService
+from servers.service import REJECT, EnvService
 from servers.wire import FAILURE_CLASS_KEY
 
 EXPECTED_KEY = "_expected"
@@ -116,7 +116,8 @@ async def run_script_inprocess(service: EnvService, row: dict[str, Any]) -> tupl
     """seed_session + scripted tool calls, in-process. Returns (session id, problems)."""
     if not _wants_session(bool(service.env.stateful or service.env.tools()), row):
         return None, []
-    status, reply, session_id = await service.seed_session(row)
+    # A check of rows, as a direct caller: a row the environment cannot score is a 422 here.
+    status, reply, session_id = await service.seed_session(row, unscorable=REJECT)
     if status != 200:
         return None, [f"seed_session answered {status}: {reply}"]
     problems: list[str] = []
@@ -159,7 +160,7 @@ async def check_inprocess(service: EnvService, rows: list[tuple[int, dict[str, A
     async def one(line: int, row: dict[str, Any]) -> ExampleResult:
         expected = row.get(EXPECTED_KEY, {})
         session_id, problems = await run_script_inprocess(service, row)
-        status, reply = await service.verify(row, session_id)
+        status, reply = await service.verify(row, session_id, unscorable=REJECT)
         problems += compare(expected, status, reply)
         return ExampleResult(line, not problems, expected, reply if isinstance(reply, dict) else {}, problems)
 

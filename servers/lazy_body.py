@@ -6,7 +6,7 @@ unique traffic put ``orjson.loads`` of the whole body at ~85 µs of a ~330 µs r
 environment that declares ``reads_create_params = False`` gets its bodies decoded here:
 every top-level field as usual except ``responses_create_params``, which is only checked —
 it must be JSON of :class:`~servers.wire.ResponsesCreateParams`' shape — not built (~35 µs
-in all). The reply is spliced onto the request's bytes (``servers.service.splice_reply``), so
+in all). The reply is spliced onto the request's bytes (``servers.replies.splice_reply``), so
 the echo is unchanged; wherever the parsed body is needed after all (a reply that is not
 spliced), ``EnvService.verify`` decodes the whole body again.
 

@@ -5,6 +5,13 @@ suite call it in-process. Both paths therefore score a row identically.
 
 Every method returns ``(status, body)`` — the HTTP status the server will send and the
 JSON body — and never raises for bad input.
+
+A row the server cannot score gets one of two answers (``Unscorable``): ``reject``, a 422 naming
+the problem (a direct caller fixing its data), or ``mask``, a 200 masked sample carrying failure
+class ``invalid_row`` (inside a rollout, where a 4xx would end Gym's collection or be retried by
+NeMo-RL as a transport error). The default is ``mask`` for ``/seed_session`` and for a
+``/verify`` inside a session (every Gym agent seeds before it verifies) and ``reject`` for a bare
+``/verify``; the caller's ``X-Verigym-Unscorable`` header overrides either (servers/app.py).
 """
 
 from __future__ import annotations
@@ -23,12 +30,16 @@ from servers.cpu_pool import CpuPool, CpuTaskError, CpuTimeout, CpuWorkerCrashed
 from servers.environment import Environment, SessionError, ToolError, Verdict
 from servers.lazy_body import has_unread_prompt
 from servers.metrics import ServerMetrics
-from servers.sessions import SessionStore
-from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass, ResponseObject
+from servers.replies import build_reply, in_full, splice_reply
+from servers.sessions import Session, SessionFailure, SessionStore
+from servers.wire import (FAILURE_CLASS_KEY, FailureClass, ResourcesCloseRequest, ResourcesSeedRequest,
+                          ResponseObject, is_resources_seed)
 
 log = logging.getLogger("verigym.server")
 
 Reply = tuple[int, Any]
+MASK, REJECT = "mask", "reject"
+UNSCORABLE_CHOICES = (MASK, REJECT)
 
 
 def error(status: int, message: str, detail: Any = None) -> Reply:
@@ -42,6 +53,11 @@ def validation_detail(exc: ValidationError, prefix: str = "") -> list[dict[str, 
         loc = ".".join(str(part) for part in ((prefix,) if prefix else ()) + tuple(err["loc"]))
         out.append({"loc": loc, "msg": err["msg"], "type": err["type"]})
     return out
+
+
+def problems_text(detail: list[dict[str, Any]]) -> str:
+    """``validation_detail`` as one line: ``loc: msg; ...`` (a whole-row problem without ``loc``)."""
+    return "; ".join(f"{d['loc']}: {d['msg']}" if d["loc"] else d["msg"] for d in detail)
 
 
 class EnvService:
@@ -101,23 +117,35 @@ class EnvService:
         return 200, described
 
     # ---- /verify -----------------------------------------------------------------------
-    async def verify(self, body: Any, session_id: str | None = None, raw: bytes | None = None) -> Reply:
+    async def verify(self, body: Any, session_id: str | None = None, raw: bytes | None = None, *,
+                     unscorable: str | None = None) -> Reply:
         """``raw``: the request's JSON bytes, when the caller has them (the HTTP route); the reply
         is then those bytes with the verdict's fields appended (``splice_reply``), not the parsed
-        body serialised again, whenever that gives the same object."""
+        body serialised again, whenever that gives the same object. ``unscorable``: the caller's
+        choice for a row that cannot be scored (module docstring); None = by the session."""
         if not isinstance(body, dict):
             return error(422, "the request body must be a JSON object (a row plus 'response')")
+        session = self.sessions.get(session_id) if session_id else None
+        mode = unscorable or (MASK if session_id else REJECT)
+        legacy = session is None or session.external_id is None
+        if session is not None and session.failure is not None:
+            await self.sessions.pop_and_close(session.id)
+            return self._masked(in_full(body, raw), session.failure.failure_class, session.failure.detail,
+                                legacy=legacy)
         try:
             row = self.env.Row.model_validate(body)
         except ValidationError as exc:
-            return error(422, "the row does not match this environment's fields", validation_detail(exc))
+            return await self._unscorable(mode, in_full(body, raw), "the row does not match this environment's "
+                                          "fields", validation_detail(exc), session, legacy)
         if "response" not in body:
-            return error(422, "missing field 'response' (a Responses-API object)",
-                         [{"loc": "response", "msg": "Field required", "type": "missing"}])
+            return await self._unscorable(mode, in_full(body, raw), "missing field 'response' (a Responses-API "
+                                          "object)", [{"loc": "response", "msg": "Field required", "type": "missing"}],
+                                          session, legacy)
         try:
             response = ResponseObject.model_validate(body["response"])
         except ValidationError as exc:
-            return error(422, "'response' is not a valid Responses-API object", validation_detail(exc, "response"))
+            return await self._unscorable(mode, in_full(body, raw), "'response' is not a valid Responses-API object",
+                                          validation_detail(exc, "response"), session, legacy)
 
         cfg = self.env.config
         # The cheap counter first: Semaphore.locked() scans its waiters on every request.
@@ -125,7 +153,6 @@ class EnvService:
             self.metrics.rejected_overload += 1
             return error(503, "server overloaded: too many verifications queued; retry later",
                          {"retry_after_s": 1, "max_queued": cfg.max_queued})
-        session = self.sessions.get(session_id) if session_id else None
         self.metrics.queued += 1
         start = time.perf_counter()
         async with self._slots:
@@ -148,7 +175,22 @@ class EnvService:
                 return 200, spliced
             if has_unread_prompt(body):  # decoded without its prompt (servers/lazy_body.py): now in full
                 body = orjson.loads(raw)
-        return 200, build_reply(body, verdict)
+        return 200, build_reply(body, verdict, legacy=legacy)
+
+    async def _unscorable(self, mode: str, body: dict[str, Any], message: str, detail: list[dict[str, Any]],
+                          session: Session | None, legacy: bool) -> Reply:
+        """A row that cannot be scored: 422 naming the fields (``reject``), or a masked sample
+        (``mask``) whose reason names them as well and which, like any verify answer, ends the
+        rollout's session (a rejected caller may fix its request and verify in it again)."""
+        if mode == REJECT:
+            return error(422, message, detail)
+        if session is not None:
+            await self.sessions.pop_and_close(session.id)
+        return self._masked(body, FailureClass.INVALID_ROW, f"{message}: {problems_text(detail)}", legacy=legacy)
+
+    def _masked(self, body: dict[str, Any], failure: FailureClass, detail: str, *, legacy: bool) -> Reply:
+        self.metrics.failures[failure.value] += 1  # counted like any failure; no verification ran to time
+        return 200, build_reply(body, Verdict.failure(failure, detail), legacy=legacy)
 
     async def _run_verify(self, row: Any, response: ResponseObject, state: Any) -> Verdict:
         timeout = self.env.config.verify_timeout_s
@@ -179,30 +221,97 @@ class EnvService:
             return Verdict.failure(FailureClass.VERIFIER_ERROR, f"{type(exc).__name__}: {exc}")
 
     # ---- sessions and tools ---------------------------------------------------------------
-    async def seed_session(self, body: Any) -> tuple[int, Any, str | None]:
+    async def seed_session(self, body: Any, *, unscorable: str | None = None) -> tuple[int, Any, str | None]:
+        """Open a rollout's session: ``(status, reply, session id for the cookie)``.
+
+        Two contracts: a legacy seed is the row (what Gym's agents send; reply ``{"session_id"}``);
+        a Gym >= 0.7 seed carries ``resources_session_id`` and the row in ``task_data`` (reply
+        ``{"resources_session_id"}``; seeding the same id and episode again returns the same
+        session; a closed id cannot be seeded again). A seed that fails on the row or on the
+        environment opens, in ``mask`` mode (the default), a session that records the failure:
+        its verify answers a masked sample, so the rollout ends and the collection goes on."""
         if not isinstance(body, dict):
             status, err = error(422, "the request body must be a JSON object (the row)")
             return status, err, None
+        seed: ResourcesSeedRequest | None = None
+        if is_resources_seed(body):
+            try:
+                seed = ResourcesSeedRequest.model_validate(body)
+            except ValidationError as exc:
+                status, err = error(422, "not a NeMo-Gym resources seed", validation_detail(exc))
+                return status, err, None
+            rsid = seed.resources_session_id
+            if self.sessions.was_closed(rsid):
+                status, err = error(409, f"session {rsid!r} was closed; seed a new resources_session_id")
+                return status, err, None
+            existing = self.sessions.by_external(rsid)
+            if existing is not None:
+                if existing.episode != seed.episode_id:
+                    status, err = error(409, f"session {rsid!r} is open for another episode",
+                                        {"episode_id": existing.episode})
+                    return status, err, None
+                return 200, {"resources_session_id": rsid}, existing.id
+            # Gym 0.7 gives the prompt to the agent and the row's other fields to the resources
+            # server: the seed sees the row with an empty prompt (verify gets the whole row).
+            row = {"responses_create_params": {"input": []}, **seed.task_data}
+        else:
+            row = body
         if self.sessions.full:
             status, err = error(503, "too many open sessions; retry later or verify finished rollouts",
                                 {"max_sessions": self.env.config.max_sessions})
             return status, err, None
+        mode = unscorable or MASK
+        failure: SessionFailure | None = None
+        state = None
+        if mode == MASK:
+            # Checked here, not only at verify: a row that cannot be scored gets no sandbox,
+            # database or container for a rollout whose reward will be masked anyway.
+            try:
+                self.env.Row.model_validate(row)
+            except ValidationError as exc:
+                failure = SessionFailure(FailureClass.INVALID_ROW, "the row does not match this environment's "
+                                         f"fields: {problems_text(validation_detail(exc))}")
+        if failure is None:
+            try:
+                state = await asyncio.wait_for(self.env.seed_session(row), self.env.config.verify_timeout_s)
+            except SessionError as exc:
+                if mode == REJECT:
+                    status, err = error(422, str(exc))
+                    return status, err, None
+                failure = SessionFailure(FailureClass.INVALID_ROW, str(exc))
+            except Exception as exc:  # noqa: BLE001
+                log.exception("seed_session failed in %s", self.env.name)
+                cls = FailureClass.TIMEOUT if isinstance(exc, asyncio.TimeoutError) else FailureClass.SANDBOX_ERROR \
+                    if "sandbox" in type(exc).__name__.lower() else FailureClass.VERIFIER_ERROR
+                detail = f"seed_session failed: {type(exc).__name__}: {exc}"
+                if mode == REJECT:
+                    # Infrastructure trouble is retryable (503 + Retry-After, the client backs off);
+                    # a verifier bug is not (500).
+                    status = 500 if cls is FailureClass.VERIFIER_ERROR else 503
+                    return status, {"error": detail, "detail": None, FAILURE_CLASS_KEY: cls.value}, None
+                failure = SessionFailure(cls, detail)
+        if seed is None:
+            session = self.sessions.add(state, failure=failure)
+            return 200, {"session_id": session.id}, session.id
+        session = self.sessions.add(state, external_id=seed.resources_session_id, episode=seed.episode_id,
+                                    failure=failure)
+        return 200, {"resources_session_id": seed.resources_session_id}, session.id
+
+    async def close_session(self, body: Any) -> Reply:
+        """``POST /close_session`` (Gym >= 0.7): idempotent; closing an id never seeded also
+        keeps a later seed of it out. A failing release answers 500 and keeps the session, so
+        the caller can retry."""
         try:
-            state = await asyncio.wait_for(self.env.seed_session(body), self.env.config.verify_timeout_s)
-        except SessionError as exc:
-            status, err = error(422, str(exc))
-            return status, err, None
-        except Exception as exc:  # noqa: BLE001
-            log.exception("seed_session failed in %s", self.env.name)
-            failure = FailureClass.TIMEOUT if isinstance(exc, asyncio.TimeoutError) else FailureClass.SANDBOX_ERROR \
-                if "sandbox" in type(exc).__name__.lower() else FailureClass.VERIFIER_ERROR
-            # Infrastructure trouble is retryable (503 + Retry-After, the client backs off);
-            # a verifier bug is not (500).
-            status = 500 if failure is FailureClass.VERIFIER_ERROR else 503
-            return status, {"error": f"seed_session failed: {type(exc).__name__}: {exc}", "detail": None,
-                            FAILURE_CLASS_KEY: failure.value}, None
-        session = self.sessions.add(state)
-        return 200, {"session_id": session.id}, session.id
+            close = ResourcesCloseRequest.model_validate(body)
+        except ValidationError as exc:
+            return error(422, "expected {\"resources_session_id\", \"episode_id\"}", validation_detail(exc))
+        try:
+            await self.sessions.close_external(close.resources_session_id)
+        except Exception as exc:  # noqa: BLE001 - reported, the session stays for a retried close
+            log.exception("close_session failed in %s", self.env.name)
+            return 500, {"error": f"close_session failed: {type(exc).__name__}: {exc}", "detail": None,
+                         FAILURE_CLASS_KEY: FailureClass.VERIFIER_ERROR.value}
+        return 200, {"resources_session_id": close.resources_session_id}
 
     async def call_tool(self, name: str, body: Any, session_id: str | None) -> Reply:
         spec = self.env.tools().get(name)
@@ -214,6 +323,9 @@ class EnvService:
             return error(410, "unknown or expired session: call /seed_session again")
         if session is None and self.env.stateful:
             return error(400, f"tool {name!r} needs a session: call /seed_session first and send its cookie")
+        if session is not None and session.failure is not None:
+            # Data for the model, as any tool error: its rollout's reward will be masked anyway.
+            return 200, {"error": f"this task cannot be run: {session.failure.detail}"}
         try:
             args = spec.args_model.model_validate(body if body is not None else {})
         except ValidationError as exc:
@@ -264,68 +376,3 @@ class EnvService:
         if not isinstance(body, dict) or not isinstance(body.get("verify_responses"), list):
             return error(422, "expected {\"verify_responses\": [...]}")
         return 200, aggregate_metrics(body["verify_responses"])
-
-
-def splice_reply(raw: bytes, body: dict[str, Any], verdict: Verdict) -> bytes | None:
-    """``build_reply(body, verdict)`` as JSON bytes made from the request's own bytes: its closing
-    brace replaced by the verdict's new fields. A field the request already holds with the same
-    value stays where it is (as ``dict.update`` leaves it); None when the reply would differ
-    otherwise (a field with another value, a failure's merged ``instance_config``, an empty body).
-
-    Why: a profile of structured_outputs on unique traffic (17-30 KB rows, the prompt and tools
-    echoed back) put re-serialising the parsed request at ~10% of the server's CPU per request."""
-    if not body or verdict.failure_class is not None:
-        return None
-    additions: dict[str, Any] = {}
-
-    def put(key: str, value: Any) -> bool:
-        if key in body:
-            return _same_json(body[key], value)  # unchanged in place, or not spliceable
-        additions[key] = value
-        return True
-
-    for key, value in verdict.extras.items():
-        if not put(key, value):
-            return None
-    if not put("reward", float(verdict.reward)):
-        return None
-    if verdict.components is not None:
-        if not put("reward_components", {k: float(v) for k, v in verdict.components.items()}):
-            return None
-        for key, value in verdict.components.items():
-            if key not in body:
-                additions.setdefault(key, float(value))
-    end = len(raw.rstrip())
-    if end < 2 or raw[end - 1:end] != b"}":
-        return None
-    if not additions:
-        return raw[:end]
-    return raw[:end - 1] + b"," + orjson.dumps(additions, option=orjson.OPT_SERIALIZE_NUMPY)[1:]
-
-
-def _same_json(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False  # 1 vs 1.0 vs True: equal in Python, not the same JSON
-    if isinstance(a, (dict, list)):
-        return orjson.dumps(a) == orjson.dumps(b)
-    return a == b
-
-
-def build_reply(body: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
-    """Request echoed unchanged + reward + diagnostics (NeMo-Gym's verify response shape)."""
-    reply = dict(body)
-    reply.update(verdict.extras)
-    reply["reward"] = float(verdict.reward)
-    if verdict.components is not None:
-        reply["reward_components"] = {k: float(v) for k, v in verdict.components.items()}
-        for key, value in verdict.components.items():
-            reply.setdefault(key, float(value))  # NeMo-Gym also exposes components top-level
-    if verdict.failure_class is not None:
-        failure = verdict.failure_class
-        reply[FAILURE_CLASS_KEY] = failure.value if isinstance(failure, FailureClass) else str(failure)
-        reply[FAILURE_DETAIL_KEY] = verdict.failure_detail
-        # NeMo-RL drops samples whose result says instance_config.mask_sample = true.
-        instance_config = dict(reply.get("instance_config") or {})
-        instance_config["mask_sample"] = True
-        reply["instance_config"] = instance_config
-    return reply

@@ -15,7 +15,10 @@ cannot leave its process, so routing is sticky by session id instead:
   that does not answer by then (stopped, wedged), refuses the connection or hangs up (dead,
   restarting) gets the client a 503 + ``Retry-After`` carrying a failure class
   (``timeout`` or ``connection_error``), never a wait without end;
-* stateless ``/verify`` (no session) is answered wherever it lands.
+* stateless ``/verify`` (no session) is answered wherever it lands;
+* a NeMo-Gym >= 0.7 seed or close names its session itself (``resources_session_id``): it goes to
+  the worker a hash of that id names, so a repeated seed finds the session and a close is
+  remembered where a late seed of the same id will arrive.
 
 ``GET /health`` and ``GET /metrics`` describe the whole server, whichever worker answers:
 ``/health`` is 200 only when every worker is healthy (``workers`` lists each one; ``checks``
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +69,18 @@ def owner_of(session_id: str | None) -> int | None:
         return None
     match = _OWNER.match(session_id)
     return int(match.group(1)) if match else None
+
+
+def external_owner(body: bytes, count: int) -> int | None:
+    """The worker that owns a Gym >= 0.7 session id (``resources_session_id``), by a stable hash
+    of it: its seed, a repeated seed and its close (which may come without the cookie, for an id
+    never seeded) all reach the one worker that remembers it. None for a body without one."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    rsid = parsed.get("resources_session_id") if isinstance(parsed, dict) else None
+    return zlib.crc32(rsid.encode()) % count if isinstance(rsid, str) and rsid else None
 
 
 def label_samples(text: str, worker: int) -> str:
@@ -169,8 +185,13 @@ class WorkerGroup:
             if path == "/metrics":
                 return await self._metrics(server)
             return None
-        if method != "POST" or path == "/seed_session":
+        if method != "POST":
             return None
+        if path in ("/seed_session", "/close_session"):
+            owner = external_owner(await request.read(), self.count)
+            if owner is None or owner == self.index:
+                return None  # a legacy seed opens its session wherever it lands
+            return await self._forward(owner, request, forward_deadline_s(server.env.config.verify_timeout_s))
         headers = request.headers
         session_id = request.cookies.get(SESSION_COOKIE) if "Cookie" in headers else None
         owner = owner_of(session_id or headers.get(SESSION_HEADER))

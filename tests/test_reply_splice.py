@@ -1,4 +1,4 @@
-"""/verify replies spliced onto the request's bytes (servers/service.py splice_reply) are the
+"""/verify replies spliced onto the request's bytes (servers/replies.py splice_reply) are the
 object build_reply makes, key order included; anything that would differ falls back to it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from servers import registry
 from servers.app import start_server
 from servers.environment import Verdict
-from servers.service import build_reply, splice_reply
+from servers.replies import build_reply, splice_reply
 from servers.wire import FailureClass, response_from_text
 
 BODY = {"responses_create_params": {"input": [{"role": "user", "content": "q é \u2028"}]},

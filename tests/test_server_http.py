@@ -280,7 +280,12 @@ async def test_aggregate_metrics(serve, http):
     assert status == 200
     agent = out["agent_metrics"]
     assert agent["num_tasks"] == 2 and agent["num_rollouts"] == 3 and agent["failures_by_class"] == {"timeout": 1}
-    assert agent["pass@k/accuracy"] == pytest.approx(0.5) and agent["mean/reward"] == pytest.approx(0.25)
+    # NeMo-Gym's names and scales: means over rollouts, pass@k in percent with k spelled out
+    assert agent["mean/reward"] == pytest.approx(1 / 3) and agent["std/reward"] == pytest.approx(0.57735, rel=1e-4)
+    assert agent["pass@1/accuracy"] == pytest.approx(25.0) and agent["pass@2/accuracy"] == pytest.approx(100.0)
+    assert agent["coverage/masked_rollouts"] == 1 and agent["failures_by_kind"] == {}
+    assert out["key_metrics"]["pass@2/accuracy"] == pytest.approx(100.0)
+    assert [g["mean/reward"] for g in out["group_level_metrics"]] == [0.5, 0.0]
     status, _, _ = await post(http, server.url + "/aggregate_metrics", {"nope": 1})
     assert status == 422
 

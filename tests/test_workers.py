@@ -267,3 +267,45 @@ async def test_a_killed_worker_is_restarted_and_the_other_keeps_its_sessions():
     finally:
         codes = await stop_servers([child])
     assert codes == {"probe": 0}
+
+
+async def test_gym_07_seeds_and_closes_reach_the_worker_their_id_names():
+    """Gym >= 0.7 names its sessions: a seed, its retry and its close (the close of an id never
+    seeded too) must all meet on one worker, whichever worker each connection lands on."""
+    from servers.worker_group import external_owner
+
+    (child,) = await spawn_servers(["probe"], workers=2, echo_output=False)
+    episode = {"rollout_id": "1-0", "attempt": 0}
+
+    def seed(rsid: str) -> dict[str, Any]:
+        return {"resources_session_id": rsid, "episode_id": episode, "task_id": {"taskset": "p", "task_id": "1"},
+                "task_data": {"responses_create_params": {"input": "q"}, "tag": rsid}}
+
+    try:
+        async with _fresh_connections() as http:
+            rsids = [f"rs-{i}" for i in range(8)]
+            assert {external_owner(f'{{"resources_session_id": "{r}"}}'.encode(), 2) for r in rsids} == {0, 1}
+            for rsid in rsids:
+                async with http.post(child.url + "/seed_session", json=seed(rsid), headers=JSON) as r:
+                    assert r.status == 200 and await r.json() == {"resources_session_id": rsid}
+                    cookie = r.cookies["verigym_session"].value
+                assert owner_of(cookie) == external_owner(f'{{"resources_session_id": "{rsid}"}}'.encode(), 2)
+                for _ in range(3):  # repeated seeds, each on a new connection: the same session every time
+                    async with http.post(child.url + "/seed_session", json=seed(rsid), headers=JSON) as r:
+                        assert r.status == 200 and r.cookies["verigym_session"].value == cookie
+                status, out = await _post(http, child.url + "/bump", {"by": 2}, cookie)
+                assert (status, out) == (200, {"count": 2, "tag": rsid})
+                for _ in range(2):
+                    status, out = await _post(http, child.url + "/close_session",
+                                              {"resources_session_id": rsid, "episode_id": episode})
+                    assert status == 200, out
+                status, _ = await _post(http, child.url + "/seed_session", seed(rsid))
+                assert status == 409
+            for rsid in ("never-a", "never-b", "never-c", "never-d"):
+                status, _ = await _post(http, child.url + "/close_session",
+                                        {"resources_session_id": rsid, "episode_id": episode})
+                assert status == 200
+                status, _ = await _post(http, child.url + "/seed_session", seed(rsid))
+                assert status == 409
+    finally:
+        await stop_servers([child])

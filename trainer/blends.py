@@ -113,6 +113,14 @@ class LowEffort(_Strict):
     seed: int = 0
 
 
+class AgentSettings(_Strict):
+    """Settings of the NeMo-Gym agent that runs an environment's rollouts (``simple_agent``),
+    written into the Gym fleet config by ``driver run --backend nemo-rl``."""
+
+    max_steps: int | None = Field(None, ge=1, description="Most model turns per rollout (overrides the "
+                                  "environment's declared max_steps; null: the environment's value)")
+
+
 class Blend(_Strict):
     name: str
     description: str = ""
@@ -120,6 +128,9 @@ class Blend(_Strict):
     placeholders: Placeholders = Field(default_factory=Placeholders)
     split: Split = Field(default_factory=Split)
     agent_map: dict[str, str] = Field(default_factory=dict)
+    agent_settings: dict[str, AgentSettings] = Field(
+        default_factory=dict, description="environment or agent name -> NeMo-Gym agent settings (an agent's own "
+                                          "entry wins over its environment's)")
     default_env: str | None = Field(None, description="Env for rows without agent_ref (else the row is invalid)")
     weights: dict[str, float] = Field(default_factory=dict, description="env -> train-row multiplier (0.5 halves, 2 doubles)")
     curriculum: Curriculum = Field(default_factory=Curriculum)

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tqdm import tqdm
 
 from servers.client import EnvClient
 from servers.wire import FAILURE_CLASS_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from trainer.agent_loop import run_episode
 from trainer.generation import BatchedGenerator, SamplingParams
+from trainer.progress import progress as progress_bar
 from trainer.tool_use import hallucination_summary
 
 ENV_KEY = "_verigym_env"
@@ -130,7 +130,7 @@ async def collect(rows: list[dict[str, Any]], *, route: Callable[[dict[str, Any]
     out_fh = open(output, "a")
     fail_fh = open(failures_path(output), "a")
     gate = asyncio.Semaphore(settings.concurrency)
-    bar = tqdm(total=len(todo), desc="rollouts", unit="rollout", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(len(todo), desc="rollouts", unit="rollout", enabled=progress)
     start = time.perf_counter()
     tokens0 = generator.stats["generated_tokens"]
     new_failures: Counter[str] = Counter()

@@ -18,6 +18,11 @@ from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
 from trainer.data_prep import DataPrepError
 
 
+# Threads a local run holds at once, measured for the tiny recipe (Ray's local cluster with one
+# generator, two environment servers): 340-360. A user's RLIMIT_NPROC counts them all.
+LOCAL_RUN_THREADS = 400
+
+
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "run", help="train the policy with async GRPO against the blend's environment servers",
@@ -27,9 +32,13 @@ def add_parser(subparsers: Any) -> None:
         epilog="Outputs in logger.log_dir: metrics.jsonl, reward_curve.png, summary.json, config.yaml, checkpoints/ "
                "(rerunning the same command resumes from the latest checkpoint).")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotlist config overrides")
-    p.add_argument("-c", "--config", default="tiny", help="config name in trainer/configs/ or a YAML path (default: tiny)")
+    p.add_argument("-c", "--config", default="tiny",
+                   help="config name in trainer/configs/ or a YAML path (default: tiny); the Nemotron recipe's names "
+                        "work too: rlvr1|rlvr2|rlvr3 (= -c rlvr --blend rlvrN), small, test")
     p.add_argument("--blend", default=None, help="blend name (blends/<name>.yaml); sets data.blend")
-    p.add_argument("--data-dir", default=None, help="prepared data folder (default: data/<blend>)")
+    p.add_argument("--data-dir", default=None,
+                   help="prepared data folder (default: data/<blend>): a folder `driver data prep` wrote is used with "
+                        "that prep's choices (--input, --skip-invalid, ...), redone only when the blend or inputs change")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and the plan, start nothing")
     p.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints in the log dir")
     p.add_argument("--backend", choices=["local", "nemo-rl"], default="local",
@@ -46,47 +55,95 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def _load_data(cfg: MasterConfig, data_dir: str | None,
-               dry_run: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """Rows with ``_verigym_env`` set to the environment each routes to, and the envs needed.
+def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], str]:
+    """Rows with ``_verigym_env`` set to the environment each routes to, the envs needed, and a
+    line saying where the rows come from.
 
     A dry run never prepares data (that may download the blend): it reads what is prepared, or
     returns no rows and lets the plan say how to prepare them."""
-    def read(path: Path) -> list[dict[str, Any]]:
-        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    def read(path: Path, what: str) -> list[dict[str, Any]]:
+        if not path.is_file():
+            raise ConfigError(f"{what} {path} does not exist")
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as exc:
+                    raise ConfigError(f"{path}:{number}: not a JSON row ({exc})") from None
+        return rows
 
-    route = None
     if cfg.data.train_data_path:
-        train, val = read(Path(cfg.data.train_data_path)), read(Path(cfg.data.validation_data_path or ""))
+        train = read(Path(cfg.data.train_data_path), "data.train_data_path")
+        val = read(Path(cfg.data.validation_data_path), "data.validation_data_path") \
+            if cfg.data.validation_data_path else []
+        note = f"data: {cfg.data.train_data_path}" + (f", {cfg.data.validation_data_path}" if val else "")
+        route = _file_router(cfg)
     elif cfg.data.blend:
         from trainer.blends import load_blend
-        from trainer.data_prep import prep_blend
+        from trainer.prepared_data import data_for_run
 
         blend = load_blend(cfg.data.blend)
         out = Path(data_dir) if data_dir else Path("data") / Path(cfg.data.blend).stem
-        if dry_run and not (out / "train.jsonl").is_file():
-            return [], [], []
-        if not dry_run:
-            prep_blend(cfg.data.blend, out)
-        train, val = read(out / "train.jsonl"), read(out / "val.jsonl")
+        if dry_run:
+            if not (out / "train.jsonl").is_file():
+                return [], [], [], ""
+            note = f"data: {out} (as prepared; a run re-checks it against the blend and the inputs it was prepared from)"
+        else:
+            note = data_for_run(blend, out).note
+        train, val = read(out / "train.jsonl", "prepared file"), read(out / "val.jsonl", "prepared file")
         route = blend.env_for
     else:
         raise ConfigError("set data.blend or data.train_data_path")
     if not train:
         raise ConfigError("no training rows")
     for r in train + val:
-        env = (route(r) if route else None) or r.get("env") or (r.get("agent_ref") or {}).get("name")
+        env = route(r)
         if not env:
-            raise ConfigError(f"row does not name an environment: {str(r)[:200]}")
+            raise ConfigError(f"row does not name an environment (no agent_ref.name or env): {str(r)[:200]}")
         r["_verigym_env"] = env
-    return train, val, sorted({r["_verigym_env"] for r in train + val})
+    return train, val, sorted({r["_verigym_env"] for r in train + val}), note
 
 
-def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:
+def _file_router(cfg: MasterConfig) -> Any:
+    """Route rows of ``data.train_data_path`` as data prep does: ``agent_ref.name`` through the
+    agent names the installed environments declare (and ``data.blend``'s agent_map when one is
+    set); a row without one may name its environment in ``env``."""
+    routes: dict[str, str] | None = None
+
+    def route(row: dict[str, Any]) -> str | None:
+        nonlocal routes
+        ref = row.get("agent_ref")
+        agent = ref.get("name") if isinstance(ref, dict) else None
+        if agent is None:
+            return row.get("env")
+        if routes is None:
+            from trainer.env_catalog import installed
+
+            routes = dict(installed().routes())
+            if cfg.data.blend:
+                from trainer.blends import load_blend
+
+                routes.update(load_blend(cfg.data.blend).agent_map)
+        env = routes.get(agent)
+        if env is None:
+            installed_envs = sorted({e for e in routes.values()})
+            raise ConfigError(f"agent_ref.name {agent!r} in {cfg.data.train_data_path} is no installed environment's "
+                              f"agent name (environments: {', '.join(installed_envs)}); map it with a blend's "
+                              "agent_map (data.blend=...) or prepare the file with `driver data prep`")
+        return env
+
+    return route
+
+
+def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int, said: tuple[str, ...] = ()) -> str:
+    """The plan a run prints first; ``said``: lines on top (how -c and the data were read)."""
     g, a = cfg.grpo, cfg.grpo.async_grpo
     mode = (f"async, max_trajectory_age_steps={a.max_trajectory_age_steps}, in_flight_weight_updates={cfg.in_flight_updates}"
             if a.enabled else "synchronous baseline (same engine, max age 0)")
     return "\n".join([
+        *(line for line in said if line),
         f"environments to start: {', '.join(envs) if not cfg.env.urls else 'none (env.urls given: ' + ', '.join(cfg.env.urls) + ')'}",
         f"data: {n_train} train rows, {n_val} validation rows (max_val_samples={g.max_val_samples})",
         f"steps: {g.max_num_steps} ({g.num_prompts_per_step} prompts x {g.num_generations_per_prompt} generations = "
@@ -101,10 +158,41 @@ def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:
     ])
 
 
+def _read_recipe_names(args: argparse.Namespace) -> str:
+    """``-c rlvr2`` (a Nemotron recipe config name) -> ``-c rlvr --blend rlvr2``, in ``args``; a
+    stage preset without ``--blend`` on the NeMo-RL backend -> its stage's blend. Returns the line
+    that says so ("" when nothing was read differently). Raises ConfigError."""
+    from trainer.config import CONFIG_DIR
+    from trainer.recipe_names import recipe_config, stage_default_blend
+
+    name = args.config
+    if not (Path(name).exists() or (CONFIG_DIR / f"{name}.yaml").exists()):
+        try:
+            recipe = recipe_config(name, args.blend)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if recipe is not None:
+            args.config, args.blend = recipe.preset, recipe.blend
+            return recipe.said()
+    if args.backend == "nemo-rl" and not args.blend:
+        blend = stage_default_blend(args.config)
+        if blend is not None:
+            args.blend = blend
+            return f"config: -c {args.config} trains on --blend {blend} (the stage's blend; --blend picks another)"
+    return ""
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        recipe_line = _read_recipe_names(args)
+    except ConfigError as exc:
+        print(f"driver run: {exc}", file=sys.stderr)
+        return 2
     if args.backend == "nemo-rl":
         from trainer.nemo_rl.command import run_nemo_rl
 
+        if recipe_line:  # before NeMo-RL's plan, which is written from the preset and blend it names
+            print(recipe_line, flush=True)
         return run_nemo_rl(args)
     overrides = list(args.overrides)
     if args.blend:
@@ -121,9 +209,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides)
         if args.blend and args.config == "tiny" and args.blend != "tiny" and not any(o.startswith("logger.log_dir=") for o in overrides):
             cfg.logger.log_dir = f"runs/{args.blend}"
-        train, val, envs = _load_data(cfg, args.data_dir, dry_run=args.dry_run)
+        train, val, envs, data_line = _load_data(cfg, args.data_dir, dry_run=args.dry_run)
     except (ConfigError, BlendError, DataPrepError) as exc:
-        print(f"driver run: {exc}", file=sys.stderr)
+        print(f"driver run: {recipe_line + '; ' if recipe_line else ''}{exc}", file=sys.stderr)
         return 2
     if args.fleet_file:
         from trainer.launch.fleet_steps import read_fleet_file
@@ -139,21 +227,51 @@ def cmd_run(args: argparse.Namespace) -> int:
         from trainer.launch.submit import LaunchError
 
         if args.dry_run:
-            print(to_yaml(cfg) + "# plan\n" + plan(cfg, envs, len(train), len(val)))
+            print(to_yaml(cfg) + "# plan\n" + plan(cfg, envs, len(train), len(val), (recipe_line, data_line)))
         try:
             return run_engine_on_profile(args, cfg, envs)
         except (ProfileError, LaunchError) as exc:
             print(f"driver run: {exc}", file=sys.stderr)
             return 2
+    judge_lines, judge_problems = [], []
+    if envs and not cfg.env.urls:  # judges this run's environments will call, checked before anything starts
+        from trainer.model_servers import ModelServerError, local_report
+
+        try:
+            judge_lines, judge_problems = local_report(envs, cfg.env.server_config)
+        except ModelServerError as exc:
+            print(f"driver run: env.server_config: {exc}", file=sys.stderr)
+            return 2
     if args.dry_run:
         print(to_yaml(cfg))
-        print("# plan\n" + plan(cfg, envs, len(train), len(val)))
+        print("# plan\n" + plan(cfg, envs, len(train), len(val), (recipe_line, data_line)))
+        print("\n".join(judge_lines + [f"missing: {p}" for p in judge_problems]))
         if not train and cfg.data.blend:
             out = Path(args.data_dir) if args.data_dir else Path("data") / Path(cfg.data.blend).stem
             print(f"data: {out} is not prepared; a real run prepares it (`driver data prep --blend {cfg.data.blend}`; "
                   "offline: --input FILE, or HF_HUB_OFFLINE=1 with the files in the Hugging Face cache)")
         return 0
-    print(plan(cfg, envs, len(train), len(val)), flush=True)
+    from servers.model.loading import ModelLoadError, resolve_source
+
+    try:  # a run's checkpoints folder or its `latest` -> the step it names (the resolver envs model serve uses)
+        cfg.policy.model_name = resolve_source(cfg.policy.model_name)
+    except ModelLoadError as exc:
+        print(f"driver run: policy.model_name: {exc}", file=sys.stderr)
+        return 2
+    if cfg.cluster.ray_address is None:  # a local Ray: its threads count against a user's RLIMIT_NPROC
+        from servers.process_budget import shortfall
+
+        short = shortfall(LOCAL_RUN_THREADS, "a local run (Ray, the trainer and generator actors, the environment servers)")
+        if short:
+            print(f"driver run: {short}", file=sys.stderr)
+            return 2
+    print(plan(cfg, envs, len(train), len(val), (recipe_line, data_line)), flush=True)
+    if judge_lines:
+        print("\n".join(judge_lines), flush=True)
+    if judge_problems:
+        for problem in judge_problems:
+            print(f"driver run: {problem}", file=sys.stderr)
+        return 2
     from trainer.fleet import Fleet
     from trainer.grpo.engine import run_grpo
     from trainer.grpo.interrupt import StopRequest, as_run_interrupted

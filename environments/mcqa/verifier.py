@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from environments.mcqa.letters import compile_output_regex, by_output_regex, extract_letter, normalize
 from servers.answer_text import strip_think
@@ -25,30 +25,25 @@ class TemplateMetadata(BaseModel):
 
 
 class McqaRow(RowModel):
-    options: list[dict[str, str]] = Field(default_factory=list,
-                                          description='Choices as one-key dicts: [{"A": "text"}, {"B": "text"}, ...]')
+    options: list[dict[str, str | None]] = Field(
+        default_factory=list, description='Choices as one-key dicts: [{"A": "text"}, {"B": "text"}, ...]; as in '
+                                          "NeMo-Gym, an option letter is a single-letter key with a text")
     expected_answer: str = Field(..., description="The correct letter.")
     grading_mode: GradingMode | None = Field(None, description="Extraction mode; default from config.")
     template_metadata: TemplateMetadata | None = None
     uuid: str | None = None
 
-    @field_validator("options")
-    @classmethod
-    def _one_letter_keys(cls, options: list[dict[str, str]]) -> list[dict[str, str]]:
-        for i, entry in enumerate(options):
-            if len(entry) != 1:
-                raise ValueError(f"options[{i}] must be a one-key dict like {{\"A\": \"text\"}}, got {len(entry)} keys")
-            key = next(iter(entry))
-            if len(key) != 1 or not key.isalpha():
-                raise ValueError(f"options[{i}] key {key!r} is not a single letter")
-        return options
-
     @model_validator(mode="after")
     def _answer_is_an_option(self) -> "McqaRow":
+        # Odd entries are read as NeMo-Gym reads them (README, "Rows"): a two-key entry gives two
+        # letters; a key that is not one letter, or a null text, gives none. A row is refused only
+        # when it cannot measure an answer: no letter at all, or a gold letter no option has.
         gold = self.expected_answer.strip().upper()
         if len(gold) != 1 or not gold.isalpha():
             raise ValueError(f"expected_answer must be a single letter, got {self.expected_answer!r}")
         letters = self.letters
+        if self.options and not letters:
+            raise ValueError("no option has a single-letter key with a text: no answer could be right")
         if letters and gold not in letters:
             raise ValueError(f"expected_answer {gold!r} is not one of the option letters {''.join(sorted(letters))}")
         return self
@@ -57,11 +52,16 @@ class McqaRow(RowModel):
     # server showed them recomputed on every access (a row is never mutated after validation).
     @functools.cached_property
     def letters(self) -> frozenset[str]:
-        return frozenset(next(iter(entry)).upper() for entry in self.options)
+        return frozenset(k for k, _ in self.lettered_options)
 
     @functools.cached_property
     def normalized_options(self) -> tuple[tuple[str, str], ...]:
-        return tuple((k.upper(), normalize(v)) for entry in self.options for k, v in entry.items())
+        return tuple((k, normalize(v)) for k, v in self.lettered_options)
+
+    @functools.cached_property
+    def lettered_options(self) -> tuple[tuple[str, str], ...]:
+        return tuple((k.upper(), v) for entry in self.options for k, v in entry.items()
+                     if len(k) == 1 and k.isalpha() and v is not None)
 
 
 class McqaConfig(EnvConfig):

@@ -91,6 +91,7 @@ class NextActionEnvironment(Environment):
                "action; NeMo-Gym single_step / search_pivot / toolcall_schema / terminal_multi_harness profiles.")
     Row = NextActionRow
     Config = NextActionConfig
+    max_steps = 1  # one model turn is the task: its action is scored, not run (a Gym agent would post it here)
     agent_names = (
         "single_step_tool_use_with_argument_comparison_agent",
         "search_pivot_single_step_tool_use_with_argument_comparison_agent",

@@ -68,6 +68,7 @@ class SwePivotEnvironment(Environment):
                    "swe_pivot_single_step_tool_use_with_argument_comparison_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "agent"
     summary = "One coding-agent tool call vs the expected action (shell/path/editor-aware argument matching)"
+    max_steps = 1  # one model turn is the task (NeMo-Gym's swe_pivot config): its calls are scored, not run
     Row = SwePivotRow
     Config = SwePivotConfig
 

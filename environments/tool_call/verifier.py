@@ -78,6 +78,7 @@ class ToolCall(Environment):
     name = "tool_call"
     agent_names = ("xlam_fc_simple_agent", "tool_call_simple_agent",)  # NeMo-Gym agent_ref.name values routed here
     domain = "agent"
+    max_steps = 1  # one model turn is the task: its calls are scored, not run (a Gym agent would post them here)
     summary = ("Single-step function calling: the response's function_call items vs the expected calls "
                "(name, JSON-normalised arguments with numeric tolerance, order-insensitive).")
     Row = ToolCallRow

@@ -79,5 +79,6 @@ class JudgedConfig(BaseModel):
                                "outside any echo of it (docs/judges.md); verbatim: pasted as NeMo-Gym pastes it "
                                "(exact parity with a NeMo-Gym run, but response text can steer the verdict).")
     judge_health: Literal["require", "report"] = Field(
-        "require", description="require: /health answers 503 while a judge endpoint is unreachable (the server "
-                               "cannot score); report: /health shows the judge's state but stays 200.")
+        "require", description="require: /health answers 503 while a judge endpoint is unreachable, does not serve "
+                               "the judge's model, or has its circuit open (the server cannot score); report: "
+                               "/health shows the judge's state but stays 200.")

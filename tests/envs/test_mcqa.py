@@ -85,13 +85,20 @@ def _row(**kw) -> dict:
 @pytest.mark.parametrize("change, message", [
     ({"expected_answer": "F"}, "not one of the option letters"),
     ({"expected_answer": "BC"}, "single letter"),
-    ({"options": [{"A": "x", "B": "y"}]}, "one-key dict"),
-    ({"options": [{"AA": "x"}]}, "not a single letter"),
+    ({"options": [{"AA": "x"}]}, "no option has a single-letter key"),
+    ({"options": [{"A": "x"}, {"B": None}]}, "not one of the option letters A"),  # a null text is no option
     ({"grading_mode": "fuzzy"}, "grading_mode"),
 ])
 def test_row_validation(change, message):
     with pytest.raises(ValidationError, match=message):
         McqaRow.model_validate(_row(**change))
+
+
+def test_odd_option_entries_are_read_as_nemo_gym_reads_them():
+    # NeMo-Gym's mcqa scores these rows: a two-key entry is two options, a non-letter key or a
+    # null text is no option. verigym scores them the same way instead of refusing the row.
+    row = McqaRow.model_validate(_row(options=[{"A": "Venus", "B": "Mars"}, {"CC": "x"}, {"D": None}]))
+    assert row.letters == frozenset("AB") and row.normalized_options == (("A", "venus"), ("B", "mars"))
 
 
 async def _verify(env, row: dict, text: str):

@@ -16,6 +16,7 @@ import pytest
 from trainer.launch.job_script import FleetSpec, JobSpec
 from trainer.launch.profiles import LocalProfile, load_profile
 from trainer.launch.submit import TERMINAL_STATES, launch, slurm_job_state
+from tests.thread_budget import RAY_RUN_THREADS, skip_if_short_of_threads
 
 pytest.importorskip("ray")
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +52,7 @@ raise SystemExit(7)
 
 
 def test_local_executor_runs_ray_fleet_gate_trainer_and_returns_its_status(tmp_path, capsys):
+    skip_if_short_of_threads("a local job (Ray, the fleet, the trainer)")
     job = JobSpec(name="verigym-local-test", job_dir=tmp_path / "job", workdir=REPO,
                   trainer_command=(sys.executable, "-c", _CHECKER), fleet=FleetSpec(envs=("math", "mcqa")))
     status = launch(LocalProfile(executor="local"), job, attached=True)
@@ -104,6 +106,7 @@ def _assert_trained(log_dir: Path, job_id: str) -> None:
     log = (log_dir / "job" / f"slurm-{job_id}.log").read_text(errors="replace")
     assert "fleet gate: 2 server(s) healthy: math x1, reasoning_gym x1" in log, log[-3000:]
     assert "run summary" in log and "job exit status 0" in log, log[-3000:]
+    assert "srun: error" not in log, log[-3000:]  # every step of a clean job ends with status 0 (Ray's included)
     steps = [json.loads(x)["step"] for x in (log_dir / "metrics.jsonl").read_text().splitlines() if "train/reward" in x]
     assert steps == [1, 2]
     assert json.loads((log_dir / "summary.json").read_text())["steps"] == 2
@@ -115,6 +118,7 @@ def _assert_trained(log_dir: Path, job_id: str) -> None:
 def test_slurm_tiny_blend_attached_and_detached(tmp_path):
     """`--batch` returns at once with the job id and the log path; `--run` streams the job's log and
     exits with its status. Both jobs run at the same time (each asks Slurm for one CPU)."""
+    skip_if_short_of_threads("two Slurm jobs of this user at once (a Ray cluster each)", 2 * RAY_RUN_THREADS)
     t0 = time.monotonic()
     batch_dir, run_dir = tmp_path / "batch", tmp_path / "attached"
     detached = _driver(tmp_path, "--batch", batch_dir, timeout=120)  # also prepares the data both use
@@ -152,6 +156,7 @@ def test_slurm_three_nodes_ray_spans_two_and_the_fleet_runs_on_the_third(tmp_pat
     """A real multi-node allocation: the Ray worker joins through srun on the second node, the
     environment servers run on the last node (fleet_nodes = 1), the trainer sees both; [wandb]
     reaches the job, and the trainer's exit status (3) is the job's and the attached command's."""
+    skip_if_short_of_threads("a Slurm job of this user (Ray on two nodes)")
     env_file = tmp_path / "env.toml"
     env_file.write_text('[wandb]\nproject = "p3"\n[three]\nexecutor = "slurm"\nnodes = 3\nfleet_nodes = 1\ntime = "00:20:00"\n')
     profile, wandb, _ = load_profile("three", env_file)
@@ -168,3 +173,36 @@ def test_slurm_three_nodes_ray_spans_two_and_the_fleet_runs_on_the_third(tmp_pat
     assert len(ray_nodes.split()) == 2 and len(fleet_nodes.split()) == 1 and fleet_nodes not in ray_nodes
     assert "RAY-NODES 2 p3 " in out and "fleet gate: 1 server(s) healthy: math x1" in out
     assert _leftovers(f"verigym-ray-{_job_id(out)}-") == []
+
+
+@slurm
+@pytest.mark.train
+@pytest.mark.timeout(1200)
+def test_slurm_job_starts_the_genrm_model_server_gates_on_it_and_trains_with_no_judge_error(tmp_path, tiny_genrm):
+    """`driver run --blend tiny_rlhf -c tiny_rlhf --run PROFILE` where the profile says how to serve the
+    GenRM ([P.model_servers.genrm]: `envs model serve` on CPU): the job starts it, gates on /health and
+    /v1/models listing tiny_genrm, points the genrm environment at it (env.server_config's other keys
+    reach the fleet too) and trains with every sample scored."""
+    skip_if_short_of_threads("a Slurm job of this user (Ray, the GenRM server)")
+    env_file = tmp_path / "env.toml"
+    env_file.write_text('[genrm-slurm]\nexecutor = "slurm"\npartition = "debug"\nnodes = 1\ntime = "00:20:00"\n'
+                        f'[genrm-slurm.model_servers.genrm]\nmodel = "tiny_genrm"\nsource = "{tiny_genrm}"\n'
+                        'engine = "envs-model"\n')
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "trainer.cli", "run", "--blend", "tiny_rlhf", "-c", "tiny_rlhf", "--run", "genrm-slurm",
+           "--env-file", str(env_file), "--data-dir", str(tmp_path / "data"), f"logger.log_dir={run}",
+           "grpo.max_num_steps=2", "grpo.val_at_end=false", "logger.progress_bar=false"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1100, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "tiny_genrm: started by the job (envs-model" in done.stdout  # the plan
+    job_id = _job_id(done.stdout)
+    log = (run / "job" / f"slurm-{job_id}.log").read_text(errors="replace")
+    ready = next(line for line in log.splitlines() if line.startswith("model server: tiny_genrm ready at "))
+    url = ready.rsplit(" ", 1)[-1]
+    fleet = next(line for line in log.splitlines() if line.startswith("fleet: ") and "envs serve genrm" in line)
+    assert f'genrm.judges.genrm.base_url="{url}"' in fleet and "127.0.0.1:8000" not in fleet  # the job's server, not the default
+    assert "genrm.judges.genrm.max_output_tokens=64" in fleet  # env.server_config reached the job's fleet
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["failed_samples"] == 0, summary["failures_by_class"]
+    assert "srun: error" not in log and "job exit status 0" in log
+    assert _leftovers(f"verigym-ray-{job_id}-") == [] and _leftovers(str(tiny_genrm)) == []  # the model server stopped too

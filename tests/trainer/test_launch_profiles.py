@@ -74,7 +74,7 @@ fleet_nodes = 1
 def test_bad_profiles_are_errors_that_say_what_to_fix(tmp_path, table, message):
     path = _write(tmp_path, f"[c]\n{table}\n")
     with pytest.raises(ProfileError, match=message):
-        load_env_file(path)
+        load_env_file(path).profile("c")
 
 
 def test_wandb_and_reserved_sections_are_checked(tmp_path):
@@ -86,7 +86,23 @@ def test_wandb_and_reserved_sections_are_checked(tmp_path):
 
 def test_extends_loop_is_reported(tmp_path):
     with pytest.raises(ProfileError, match="loop: a -> b -> a"):
-        load_env_file(_write(tmp_path, '[a]\nextends = "b"\n[b]\nextends = "a"\n'))
+        load_env_file(_write(tmp_path, '[a]\nextends = "b"\n[b]\nextends = "a"\n')).profile("a")
+
+
+def test_a_broken_profile_blocks_only_itself(tmp_path, capsys):
+    """One mistyped key in an unrelated profile: the profile asked for loads (with a warning naming
+    the other), the broken one is refused with its reason, and a profile extending it is refused too."""
+    path = _write(tmp_path, '[good]\nexecutor = "local"\n[bad]\nexecutor = "slurm"\npartion = "x"\n'
+                            '[child]\nextends = "bad"\n')
+    profile, _, _ = load_profile("good", path)
+    assert isinstance(profile, LocalProfile)
+    err = capsys.readouterr().err
+    assert "warning: ignoring profile [bad]" in err and "did you mean 'partition'" in err
+    assert "[good]" not in err
+    with pytest.raises(ProfileError, match=r"\[bad\]: unknown key 'partion'"):
+        load_profile("bad", path)
+    with pytest.raises(ProfileError, match=r"\[child\]: unknown key 'partion'"):
+        load_profile("child", path)
 
 
 def test_env_file_lookup_order(tmp_path, monkeypatch):
@@ -149,3 +165,27 @@ def test_the_node_split_in_the_script(tmp_path):
     assert out.stdout.strip() == "n1 n2 n3|n4"
     probe0 = probe.replace("N_FLEET=1", "N_FLEET=0")
     assert subprocess.run(["bash", "-c", probe0], capture_output=True, text=True).stdout.strip() == "n1 n2 n3 n4|n1"
+
+
+def test_steps_share_a_named_container_per_node_and_ray_gets_the_nodes_cpus(tmp_path):
+    """Pyxis: a step's unnamed container has a private /tmp, so the trainer step would not see the Ray
+    step's sockets; every step is named per job (one container per node). The fleet and model servers
+    run in the fleet image when the profile names one. The Ray step asks for all the node's CPUs."""
+    profile = SlurmProfile(executor="slurm", nodes=2, container_image="/img/rl.sqsh", fleet_container_image="/img/vg.sqsh",
+                           mounts=["/lustre:/lustre"])
+    script = render_job_script(profile, _job(tmp_path), attached=True)
+    block = script[script.index("  MAIN_CONTAINER="):script.index('  signal_role() {')]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text('#!/bin/bash\necho "$@"\n')
+    (fake / "srun").chmod(0o755)
+    probe = f'JOB_ID=77\n{block}\n(step ray n1 python -m x)\n(step fleet n2 python -m y)\n(step trainer n1 python -m z)\n'
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SLURM_CPUS_ON_NODE": "96"})
+    ray, fleet, trainer = out.stdout.strip().splitlines()
+    assert "--cpus-per-task=96" in ray and "--container-image=/img/rl.sqsh --container-name=verigym-77" in ray
+    assert "--container-image=/img/vg.sqsh --container-name=verigym-fleet-77" in fleet and "--cpus-per-task" not in fleet
+    assert "--container-name=verigym-77" in trainer and "--container-mounts=/lustre:/lustre" in trainer
+    assert trainer.endswith("python -m z")
+    with pytest.raises(ValueError, match="fleet_container_image needs container_image"):
+        SlurmProfile(executor="slurm", fleet_container_image="/img/vg.sqsh")

@@ -14,7 +14,7 @@ import yaml
 
 from trainer.blends import load_blend
 from trainer.config import ConfigError, load_config, load_yaml_with_defaults, resolve_config_path
-from trainer.nemo_rl.backend import build_plan, node_roles
+from trainer.nemo_rl.backend import build_plan, node_roles, split_verigym_keys
 from trainer.nemo_rl.gym_config import FleetAddressError, fill_addresses, main as gym_config_main
 from trainer.nemo_rl.schema import SchemaError, check_config, load_schema
 
@@ -58,13 +58,13 @@ def test_rlvr_preset_carries_the_seed_table():
     assert (m["optimizer"]["lr"], cfg["loss_fn"]["reference_policy_kl_penalty"], g["overlong_filtering"]) == (3e-6, 0.0, False)
     a = g["async_grpo"]
     assert (a["max_trajectory_age_steps"], a["in_flight_weight_updates"], a["recompute_kv_cache_after_weight_updates"]) == (1, True, False)
-    roles = node_roles(cfg)
-    assert (roles.total, roles.training, roles.generation, roles.judges) == (109, 32, 72, 5)
+    roles = node_roles(cfg, model_server_nodes=5)  # the judges come on top of cluster.num_nodes
+    assert (roles.total, roles.cluster_nodes, roles.training, roles.generation) == (109, 104, 32, 72)
     for stage, nodes, pg, seq, lr, kl, overlong in [("swe1", 64, (64, 16), 131072, 1e-6, 0.0, True),
                                                      ("swe2", 64, (16, 32), 196608, 1e-6, 0.0, True),
-                                                     ("rlhf", 72, (128, 16), 49152, 1e-6, 1e-4, False)]:
+                                                     ("rlhf", 64, (128, 16), 49152, 1e-6, 1e-4, False)]:
         c = load_yaml_with_defaults(resolve_config_path(stage))
-        assert c["cluster"]["num_nodes"] == nodes and node_roles(c).total == nodes
+        assert c["cluster"]["num_nodes"] == nodes and node_roles(c).training == 32
         assert (c["grpo"]["num_prompts_per_step"], c["grpo"]["num_generations_per_prompt"]) == pg
         assert c["policy"]["max_total_sequence_length"] == seq
         assert c["policy"]["megatron_cfg"]["optimizer"]["lr"] == lr
@@ -89,7 +89,7 @@ def test_perturbed_keys_are_errors_naming_the_fix(override, expected):
 
 
 def test_perturbed_config_dict_lists_every_problem():
-    cfg = copy.deepcopy(load_yaml_with_defaults(resolve_config_path("rlhf")))
+    cfg = split_verigym_keys(load_yaml_with_defaults(resolve_config_path("rlhf")))[0]
     cfg["grpo"]["penalize_invalid_tool_call"] = True  # in the official Super YAML, read by no code
     cfg["policy"]["max_total_sequence_length"] = "long"
     cfg["checkpointing"]["keep_top_k"] = 2.5
@@ -104,7 +104,7 @@ def test_perturbed_config_dict_lists_every_problem():
 
 
 def test_interpolations_and_unknown_gym_instances():
-    cfg = copy.deepcopy(load_yaml_with_defaults(resolve_config_path("rlvr")))
+    cfg = split_verigym_keys(load_yaml_with_defaults(resolve_config_path("rlvr")))[0]
     cfg["policy"]["max_total_sequence_length"] = "${oc.env:SEQ}"  # resolved by NeMo-RL's OmegaConf
     cfg["env"]["nemo_gym"]["math_judge"] = {"responses_api_models": {"vllm_model": {"entrypoint": "app.py"}}}
     check_config(cfg)
@@ -203,26 +203,47 @@ def test_verigym_remote_process_lives_with_the_server_and_exits_when_it_dies(tmp
     assert "failed 3 health checks in a row" in watcher.stderr.read()
 
 
-def test_job_spec_renders_through_the_launch_module(tmp_path):
-    """The trainer step: fill the Gym config from the gate's fleet file, then NeMo-RL's runner;
-    the job asks for NeMo-RL's nodes plus the profile's fleet-only nodes."""
-    from trainer.launch.job_script import render_job_script
+def test_the_job_is_nemo_rls_ray_sub_with_the_seeds_contract(tmp_path):
+    """--dry-run shows the exact sbatch line (super_launch.sh's, for NeMo-RL's ray.sub from the profile's
+    checkout) and the environment it exports: the seeds' contract filled from the profile and the data."""
     from trainer.launch.profiles import load_profile
-    from trainer.nemo_rl.backend import job_spec
+    from trainer.nemo_rl import launch
 
+    nemo_rl = tmp_path / "NeMo-RL"
+    nemo_rl.mkdir()
+    (nemo_rl / "ray.sub").write_text("#!/bin/bash\n")
     env_toml = tmp_path / "env.toml"
-    env_toml.write_text('[cl]\nexecutor = "slurm"\naccount = "a"\npartition = "p"\nnodes = 2\ngpus_per_node = 8\n'
-                        'time = "01:00:00"\n')
+    env_toml.write_text(f'[cl]\nexecutor = "slurm"\naccount = "acct"\npartition = "batch"\ngpus_per_node = 8\n'
+                        f'time = "04:00:00"\ncontainer = "/img/nemo-rl.sqsh"\nmounts = ["/lustre:/lustre"]\n'
+                        f'nemo_rl_dir = "{nemo_rl}"\nsandbox_container = "/img/sandbox.sqsh"\n'
+                        f'persistent_cache = "/lustre/cache"\nfleet_python = "/lustre/venvs/verigym/bin/python"\n')
     profile, wandb, _ = load_profile("cl", env_toml)
-    plan = build_plan("rlvr", [f"logger.log_dir={tmp_path / 'run'}"], load_blend("tiny"), tmp_path / "data")
-    spec = job_spec(plan.job, "nemo-rl-test", tmp_path / "job", fleet_nodes=2)
-    assert spec.nodes == 111 and spec.fleet.envs == tuple(e.name for e in plan.envs)
-    script = render_job_script(profile, spec, attached=False, wandb=wandb)
-    assert "#SBATCH --nodes=111" in script
-    trainer_line = next(line for line in script.splitlines() if line.startswith("step trainer"))
-    assert '--fleet "$VERIGYM_FLEET_FILE"' in trainer_line
-    assert "cd /opt/nemo-rl && uv run python examples/nemo_gym/run_grpo_nemo_gym.py --config" in trainer_line
-    assert "export NEMO_GYM_EXTRA_ROOTS=" in script
+    plan = build_plan("rlvr", [f"logger.log_dir={tmp_path / 'run'}", "policy.model_name=/ckpt/sft"], load_blend("tiny"),
+                      tmp_path / "data", profile=profile, profile_name="cl")
+    assert launch.profile_problems(profile, plan) == []
+    job = launch.render(plan, profile, exp_name="rlvr-test", wandb=wandb)
+    assert job.sbatch == ["sbatch", "--nodes=109", "--account=acct", "--job-name=rlvr-test", "--partition=batch",
+                          "--time=04:00:00", "--gres=gpu:8", "--exclusive", "--dependency=singleton",
+                          f"--output={tmp_path / 'run' / 'nemo_rl' / 'job'}/slurm-%j.log", str(nemo_rl / "ray.sub")]
+    env = job.env
+    assert (env["CONTAINER"], env["SANDBOX_CONTAINER"], env["PERSISTENT_CACHE"], env["EXTRA_MOUNTS"]) == \
+        ("/img/nemo-rl.sqsh", "/img/sandbox.sqsh", "/lustre/cache", "/lustre:/lustre")
+    assert (env["SLURM_ACCOUNT"], env["SLURM_PARTITION"], env["MODEL_PATH"], env["EXP_NAME"]) == \
+        ("acct", "batch", "/ckpt/sft", "rlvr-test")
+    assert env["CONFIG_PATH"] == str(plan.files["grpo"]) and env["TRAIN_PATH"].endswith("data/train.jsonl")
+    assert env["MOUNTS"].startswith("/lustre:/lustre,") and f"{nemo_rl}:{nemo_rl}" in env["MOUNTS"]
+    assert env["COMMAND"] == f"bash {job.driver_path}" and env["SANDBOX_COMMAND"] == "/start-with-nginx.sh"
+    runner = next(line for line in job.driver.splitlines() if "run_grpo_nemo_gym.py" in line)
+    assert 'python ./examples/nemo_gym/run_grpo_nemo_gym.py --config "$CONFIG_PATH" policy.model_name="$MODEL_PATH"' in runner
+    assert f"checkpointing.checkpoint_dir={tmp_path / 'run' / 'checkpoints'}" in runner  # absolute, shared
+    assert "NRL_WG_USE_RAY_REF=1" in runner and "NEMO_GYM_VENV_DIR=\"${PERSISTENT_CACHE}\"/gym_venvs" in runner
+    assert 'VG_PY=/lustre/venvs/verigym/bin/python' in job.driver  # the fleet runs from verigym's own venv
+    assert subprocess.run(["bash", "-n"], input=job.driver, text=True).returncode == 0
+    # what a profile lacks is said before anything is submitted
+    bare = profile.model_copy(update={"nemo_rl_dir": None, "container_image": None, "fleet_nodes": 1})
+    problems = launch.profile_problems(bare, plan)
+    assert any("nemo_rl_dir" in p for p in problems) and any("container_image" in p for p in problems)
+    assert any("fleet_nodes must be 0" in p for p in problems)
 
 
 def test_fleet_file_from_the_readiness_gate_uses_the_first_replica(tmp_path):
@@ -234,38 +255,3 @@ def test_fleet_file_from_the_readiness_gate_uses_the_first_replica(tmp_path):
     report.write_text(json.dumps({"math": [3]}))
     with pytest.raises(FleetAddressError, match="expected a URL"):
         read_fleet_addresses(report)
-
-
-GYM_PARSE = '''
-import sys
-from omegaconf import OmegaConf
-from nemo_gym.global_config import GlobalConfigDictParser
-import nemo_gym, os
-root = os.path.dirname(os.path.dirname(nemo_gym.__file__))
-cfg = OmegaConf.create({"config_paths": [os.path.join(root, "responses_api_models/vllm_model/configs/vllm_model_for_training.yaml"),
-                                         sys.argv[1]],
-                        "policy_base_url": "http://127.0.0.1:9/v1", "policy_api_key": "x", "policy_model_name": "m"})
-parser = GlobalConfigDictParser()
-merged = parser.parse_no_environment(initial_global_config_dict=cfg)
-kinds = {}
-for server in parser.filter_for_server_instance_configs(merged):
-    kinds[server.SERVER_TYPE] = kinds.get(server.SERVER_TYPE, 0) + 1
-print(kinds)
-'''
-
-
-@pytest.mark.skipif(not os.environ.get("VERIGYM_NEMO_GYM_PYTHON"),
-                    reason="opt-in: VERIGYM_NEMO_GYM_PYTHON=<python with nemo-gym installed> (docs/nemo-rl.md)")
-def test_filled_gym_config_passes_nemo_gyms_own_parser(tmp_path):
-    """NeMo-Gym's GlobalConfigDictParser (server refs, domains, instances) on the filled fleet config."""
-    plan = build_plan("rlvr", [f"logger.log_dir={tmp_path / 'run'}"], load_blend("rlvr2"), tmp_path / "data")
-    filled = fill_addresses(plan.gym_template, {e.name: f"http://127.0.0.1:{41000 + i}" for i, e in enumerate(plan.envs)})
-    config = tmp_path / "fleet.yaml"
-    config.write_text(yaml.safe_dump(filled))
-    (tmp_path / "parse.py").write_text(GYM_PARSE)
-    done = subprocess.run([os.environ["VERIGYM_NEMO_GYM_PYTHON"], "parse.py", str(config)], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    kinds = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 - our own script's printed dict
-    assert kinds["resources_servers"] == len(plan.envs)
-    assert kinds["responses_api_agents"] == sum(len(e.agent_names) for e in plan.envs)

@@ -18,20 +18,6 @@ pytest.importorskip("ray")
 pytestmark = [pytest.mark.train, pytest.mark.timeout(1800)]
 
 
-@pytest.fixture(scope="module")
-def tiny_genrm(tmp_path_factory) -> Path:
-    """Trained here (a few hundred small steps); VERIGYM_TINY_GENRM=PATH/tiny_genrm reuses one."""
-    if os.environ.get("VERIGYM_TINY_GENRM"):
-        return Path(os.environ["VERIGYM_TINY_GENRM"])
-    out = tmp_path_factory.mktemp("genrm") / "tiny_genrm"  # the folder name is the served model name
-    done = subprocess.run([sys.executable, "-m", "environments.genrm.tiny_genrm", "--out", str(out)],
-                          capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["parseable_at_t0.6"] >= 0.75, report  # it answers in the GenRM's format
-    return out
-
-
 @pytest.fixture
 def model_server(tiny_genrm, tmp_path):
     ready = tmp_path / "model_ready.json"
@@ -72,3 +58,22 @@ def test_tiny_rlhf_runs_with_a_local_genrm_rewards_flow_and_kl_acts(tmp_path, mo
     assert steps[0]["train/kl_penalty"] == 0.0 and all(r["train/kl_penalty"] > 0 for r in steps[1:])
     env_log = (run / "env_logs" / "genrm.log").read_text()
     assert "Traceback" not in env_log
+
+
+def test_env_server_config_reaches_the_fleet_of_a_job(tmp_path, model_server):
+    """The issue's reproduction: `driver run --blend tiny_rlhf -c tiny_rlhf --run local` with the GenRM's
+    URL given in env.server_config. The job's fleet must get it (before: every sample judge_error,
+    the job exiting 0). The URL is the user's own server, so the job starts none and checks it."""
+    run = tmp_path / "run"
+    env_file = tmp_path / "env.toml"
+    env_file.write_text('[local]\nexecutor = "local"\n')  # no [local.model_servers]: the user's own GenRM
+    cmd = [sys.executable, "-m", "trainer.cli", "run", "--blend", "tiny_rlhf", "-c", "tiny_rlhf", "--run", "local",
+           "--env-file", str(env_file), "--data-dir", str(tmp_path / "data"), f"logger.log_dir={run}",
+           "grpo.max_num_steps=1", "grpo.val_at_end=false", "logger.progress_bar=false",
+           f"env.server_config.genrm.judges.genrm.base_url={model_server['base_url']}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"tiny_genrm: external at {model_server['base_url']}" in out.stdout
+    assert f"model server: tiny_genrm served at {model_server['base_url']} (external)" in out.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 1 and summary["failed_samples"] == 0, summary["failures_by_class"]

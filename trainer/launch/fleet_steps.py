@@ -26,19 +26,24 @@ import time
 import urllib.request
 from pathlib import Path
 
-from trainer.launch.node_process import run_supervised
+from trainer.launch.model_steps import read_models
+from trainer.launch.node_process import reachable_address, run_supervised
 
 
-def reachable_address(route_to: str) -> str:
-    """This node's address on the interface that routes to ``route_to`` (no packet is sent)."""
-    if route_to.startswith("127.") or route_to == "localhost":
-        return "127.0.0.1"
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((route_to, 9))
-            return s.getsockname()[0]
-    except OSError:  # no route to it from here: the address this node's name resolves to
-        return socket.gethostbyname(socket.gethostname())
+def judge_overrides(models_dir: Path | None, routes: list[str]) -> list[str]:
+    """``env.judges.judge.base_url=URL`` for every ``env.judge=MODEL`` route, from the ready files
+    of the job's model servers (trainer/launch/model_steps.py): the judges call what the job started."""
+    if not routes:
+        return []
+    served = read_models(models_dir) if models_dir else {}
+    pairs = []
+    for route in routes:
+        where, _, model = route.partition("=")
+        env, _, judge = where.partition(".")
+        if model not in served:
+            raise SystemExit(f"fleet: no model server reported {model!r} (needed by {where}); served: {sorted(served)}")
+        pairs.append(f"{env}.judges.{judge}.base_url={json.dumps(served[model])}")
+    return pairs
 
 
 def serve(route_to: str, ready_file: Path, stop_file: Path | None, names_and_overrides: list[str]) -> int:
@@ -121,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--route-to", required=True, help="the Ray head's address: the servers bind the interface that reaches it")
     p.add_argument("--ready-file", type=Path, required=True)
     p.add_argument("--stop-file", type=Path, help="SIGTERM envs serve (drain, then exit) when this file appears")
+    p.add_argument("--models-dir", type=Path, help="ready files of the job's model servers ({model, base_url} each)")
+    p.add_argument("--judge", action="append", default=[], metavar="ENV.JUDGE=MODEL",
+                   help="point ENV's judge JUDGE at the job's server of MODEL (repeatable)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="-- NAMES... [key=value ...] for envs serve")
     p = sub.add_parser("gate")
     p.add_argument("--ready-dir", type=Path, required=True)
@@ -133,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
         if not rest:
             parser.error("serve: no environment names after --")
-        return serve(args.route_to, args.ready_file, args.stop_file, rest)
+        return serve(args.route_to, args.ready_file, args.stop_file, rest + judge_overrides(args.models_dir, args.judge))
     return gate(args.ready_dir, args.nodes, args.envs, args.out, args.timeout)
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Mapping
 
 from trainer.launch.profiles import LocalProfile, SlurmProfile, WandbSettings
+from trainer.model_servers import ModelServerError, ModelServerPlan, serve_argv
 
 FLEET_FILE_NAME = "fleet.json"
 
@@ -43,6 +44,17 @@ class FleetSpec:
     envs: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()  # `envs serve` overrides: key=value (all) or NAME.key=value
     ready_timeout_s: float = 600.0   # the gate fails the job when the fleet is not healthy by then
+    judges: tuple[str, ...] = ()     # "ENV.JUDGE=MODEL": that judge calls the job's server of MODEL
+
+
+@dataclass(frozen=True)
+class ModelServerStep:
+    """A judge / GenRM model server of the job (trainer/model_servers.py decides which)."""
+    model: str
+    argv: tuple[str, ...] = ()   # the serving command ({host}, {port}, {ready_file}); empty: external
+    url: str | None = None       # external: checked, not started
+    nodes: int = 0               # whole nodes of its own; 0: runs on the first fleet node
+    ready_timeout_s: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,11 @@ class JobSpec:
     workdir: Path = field(default_factory=Path.cwd)       # every step starts here
     nodes: int | None = None           # overrides the profile's nodes (a stage that needs 109)
     python: str | None = None          # interpreter of the helper steps; default: this one, "python3" in a container
+    model_servers: tuple[ModelServerStep, ...] = ()  # started (or checked) before the fleet, on nodes of their own
+
+    @property
+    def model_nodes(self) -> int:
+        return sum(m.nodes for m in self.model_servers)
 
     @property
     def script_path(self) -> Path:
@@ -66,12 +83,29 @@ class JobSpec:
         return self.job_dir / FLEET_FILE_NAME
 
 
+def model_server_steps(plan: ModelServerPlan, *, python: str, vllm: tuple[str, ...] = ("vllm",),
+                       multi_node: bool = True, in_ray: bool = False) -> tuple[ModelServerStep, ...]:
+    """The job's model-server steps for ``plan`` (trainer/model_servers.py): started or checked."""
+    steps = []
+    for server in plan.servers:
+        if server.how == "external":
+            steps.append(ModelServerStep(server.model, url=server.url))
+            continue
+        if server.nodes > 1 and not multi_node:
+            raise ModelServerError(f"{server.model}: {server.nodes} nodes: a model server across nodes needs vLLM's Ray "
+                                   "data-parallel backend, which the NeMo-RL backend's job runs; here give it one node "
+                                   "(fewer replicas) or url = ...")
+        steps.append(ModelServerStep(server.model, argv=tuple(serve_argv(server, python=python, vllm=vllm, in_ray=in_ray)),
+                                     nodes=server.nodes))
+    return tuple(steps)
+
+
 def _q(value: object) -> str:
     return shlex.quote(str(value))
 
 
 def _sbatch_header(profile: SlurmProfile, job: JobSpec, attached: bool) -> list[str]:
-    nodes = job.nodes or profile.nodes
+    nodes = (job.nodes or profile.nodes) + job.model_nodes
     opts = [f"--job-name={job.name}", f"--nodes={nodes}", f"--ntasks-per-node={profile.ntasks_per_node}",
             f"--time={profile.time}", f"--output={job.job_dir}/slurm-%j.log"]
     if profile.account:
@@ -89,14 +123,49 @@ def _sbatch_header(profile: SlurmProfile, job: JobSpec, attached: bool) -> list[
     return [f"#SBATCH {o}" for o in opts]
 
 
-def _container_flags(profile: LocalProfile | SlurmProfile, workdir: Path) -> str:
-    if not isinstance(profile, SlurmProfile) or not profile.container_image:
+def _container_flags(profile: SlurmProfile, image: str | None, name: str, workdir: Path) -> str:
+    """Pyxis flags of a step. Named (``--container-name``): every step of the job on a node with this
+    name shares one container, so its ``/tmp`` too (an unnamed Pyxis container per step has a
+    private ``/tmp``, and Ray's sockets in the Ray step would be invisible to the trainer step:
+    NeMo-RL's ray.sub names its containers for the same reason)."""
+    if not image:
         return ""
-    mounts = list(profile.mounts)
-    flags = [f"--container-image={profile.container_image}", f"--container-workdir={workdir}"]
-    if mounts:
-        flags.append("--container-mounts=" + ",".join(mounts))
-    return " ".join(_q(f) for f in flags)
+    flags = [_q(f"--container-image={image}"), f'--container-name="{name}"', _q(f"--container-workdir={workdir}")]
+    if profile.mounts:
+        flags.append(_q("--container-mounts=" + ",".join(profile.mounts)))
+    return " ".join(flags)
+
+
+def _model_server_lines(job: JobSpec) -> list[str]:
+    """Step 1b: the judge / GenRM model servers, each ready (``/health`` and ``/v1/models`` lists its
+    model) before the fleet starts; an external URL is checked the same way."""
+    if not job.model_servers:
+        return []
+    lines = ["# 1b. Model servers (judges, GenRM): ready = /health 200 and /v1/models lists the model, else the job fails here.",
+             'mkdir -p "$RUN/models"']
+    offset = 0
+    for i, m in enumerate(job.model_servers):
+        ready = f'"$RUN/models/{i}.json"'
+        if not m.argv:
+            lines.append(f'(step gate "$HEAD" "$PY" -m trainer.launch.model_steps check --model {_q(m.model)} --url {_q(m.url)} '
+                         f'--ready-file {ready}) || {{ log "model server {m.model} is not usable (see above)"; exit 1; }}')
+            continue
+        node = f'"${{MODEL_NODES[{offset}]:-$HEAD}}"' if m.nodes else '"${FLEET_NODES[0]}"'
+        offset += m.nodes
+        lines.append(f'step model {node} "$PY" -m trainer.launch.model_steps serve --model {_q(m.model)} '
+                     f'--route-to "${{RAY_ADDRESS%:*}}" --ready-file {ready} --stop-file "$RUN/stop-model" '
+                     f'--timeout {m.ready_timeout_s:g} -- {shlex.join(m.argv)} & MODEL_PIDS+=($!)')
+    started = sum(1 for m in job.model_servers if m.argv)
+    if started:
+        lines += [
+            f'until [ "$(ls "$RUN"/models/[0-9]*.json 2>/dev/null | wc -l)" -ge {len(job.model_servers)} ]; do',
+            '  for pid in "${MODEL_PIDS[@]}"; do',
+            '    kill -0 "$pid" 2>/dev/null || { log "a model server step exited before it was ready (see above)"; exit 1; }',
+            "  done; sleep 1",
+            "done",
+            'log "model servers ready: $(cat "$RUN"/models/[0-9]*.json | tr -d "\\n")"',
+        ]
+    return lines
 
 
 def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool,
@@ -105,8 +174,12 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
     fleet_nodes = profile.fleet_nodes if slurm else 0
     if slurm and fleet_nodes >= (job.nodes or profile.nodes):
         raise ValueError(f"fleet_nodes={fleet_nodes} leaves no node for Ray and the trainer")
+    model_nodes = job.model_nodes if slurm else 0
     in_container = slurm and bool(profile.container_image)
     py = job.python or ("python3" if in_container else sys.executable)
+    main_flags = _container_flags(profile, profile.container_image, "verigym-$JOB_ID", job.workdir) if slurm else ""
+    fleet_flags = (_container_flags(profile, profile.fleet_container_image or profile.container_image,
+                                    "verigym-fleet-$JOB_ID", job.workdir) if slurm else "")
     env = dict(job.env)
     if wandb and wandb.project:
         env.setdefault("WANDB_PROJECT", wandb.project)
@@ -136,8 +209,17 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         "# exec, so that `step ... &` leaves the step's own pid in $!.",
         'if [ -n "${SLURM_JOB_ID:-}" ]; then',
         '  mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-        f'  step() {{ local role=$1 node=$2; shift 2; exec srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" '
-        f'--job-name="verigym-$role" {_container_flags(profile, job.workdir)} "$@"; }}',
+        "  # Ray gets every CPU of its node (a one-CPU step would make Ray see one CPU); the fleet and model",
+        "  # servers run in the fleet's image when the profile names one (fleet_container_image).",
+        f"  MAIN_CONTAINER=({main_flags})",
+        f"  FLEET_CONTAINER=({fleet_flags})",
+        '  step() {',
+        '    local role=$1 node=$2; shift 2; local extra=() image=("${MAIN_CONTAINER[@]}")',
+        '    [ "$role" = ray ] && extra=(--cpus-per-task="${SLURM_CPUS_ON_NODE:-1}")',
+        '    case $role in fleet|model) image=("${FLEET_CONTAINER[@]}");; esac',
+        '    exec srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" --job-name="verigym-$role" "${extra[@]}" '
+        '"${image[@]}" "$@"',
+        '  }',
         "  # srun answers SIGTERM by killing its step: the ray/fleet leaders watch RUN/stop-ROLE instead;",
         "  # the trainer step gets SIGTERM through scancel (the driver checkpoints and stops its Ray actors)",
         '  signal_role() {',
@@ -152,15 +234,23 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         '  signal_role() { shift; [ $# -gt 0 ] && kill -TERM "$@" 2>/dev/null; }',
         "fi",
         f"N_FLEET={fleet_nodes}",
+        f"N_MODEL={model_nodes}",
+        "# the allocation, in order: Ray nodes, model-server nodes (N_MODEL), fleet nodes (the last N_FLEET)",
         'HEAD=${NODES[0]}',
         'if [ "$N_FLEET" -gt 0 ] && [ "$N_FLEET" -lt "${#NODES[@]}" ]; then',
-        '  FLEET_NODES=("${NODES[@]: -$N_FLEET}"); RAY_NODES=("${NODES[@]:0:${#NODES[@]}-$N_FLEET}")',
+        '  FLEET_NODES=("${NODES[@]: -$N_FLEET}"); REST=("${NODES[@]:0:${#NODES[@]}-$N_FLEET}")',
         "else",
-        '  FLEET_NODES=("$HEAD"); RAY_NODES=("${NODES[@]}")',
+        '  FLEET_NODES=("$HEAD"); REST=("${NODES[@]}")',
         "fi",
-        'log "job $JOB_ID: nodes ${NODES[*]}; Ray on ${RAY_NODES[*]}; environment servers on ${FLEET_NODES[*]}"',
+        'if [ "$N_MODEL" -gt 0 ]; then',
+        '  MODEL_NODES=("${REST[@]: -$N_MODEL}"); RAY_NODES=("${REST[@]:0:${#REST[@]}-$N_MODEL}")',
+        "else",
+        '  MODEL_NODES=(); RAY_NODES=("${REST[@]}")',
+        "fi",
+        'log "job $JOB_ID: nodes ${NODES[*]}; Ray on ${RAY_NODES[*]}; environment servers on ${FLEET_NODES[*]}'
+        '${MODEL_NODES[*]:+; model servers on ${MODEL_NODES[*]}}"',
         "",
-        "RAY_PIDS=(); FLEET_PIDS=(); TRAINER_PID=",
+        "RAY_PIDS=(); MODEL_PIDS=(); FLEET_PIDS=(); TRAINER_PID=",
         "stop_role() {  # stop_role ROLE GRACE PIDS...: SIGTERM the role's processes, wait up to GRACE s, then SIGKILL",
         '  local role=$1 grace=$2; shift 2; local pid; [ $# -eq 0 ] && return',
         '  signal_role "$role" "$@"',
@@ -175,6 +265,7 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         '  [ -n "$TRAINER_PID" ] && stop_role trainer 60 "$TRAINER_PID"  # the trainer checkpoints on SIGTERM',
         '  log "stopping the environment servers and Ray"',
         '  stop_role fleet 45 "${FLEET_PIDS[@]}"',
+        '  stop_role model 45 "${MODEL_PIDS[@]}"',
         '  stop_role ray 45 "${RAY_PIDS[@]}"',
         '  rm -f "$VERIGYM_FLEET_FILE" "$RUN/ray_token"',
         '  log "job exit status $rc"',
@@ -200,13 +291,19 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         '(step wait "$HEAD" "$PY" -m trainer.launch.ray_node wait --nodes "${#RAY_NODES[@]}" --timeout 600) '
         '|| { log "Ray did not reach ${#RAY_NODES[@]} nodes"; exit 1; }',
         "",
+    ]
+    lines += _model_server_lines(job)
+    judges = " ".join(f"--judge {_q(j)}" for j in job.fleet.judges)
+    lines += [
+        "",
         "# 2. The environment fleet: each server binds port 0 on its node and reports the URL it got.",
     ]
     if job.fleet.envs:
         lines += [
             'for node in "${FLEET_NODES[@]}"; do',
             f'  step fleet "$node" "$PY" -m trainer.launch.fleet_steps serve --route-to "${{RAY_ADDRESS%:*}}" '
-            f'--ready-file "$RUN/fleet/$node.json" --stop-file "$RUN/stop-fleet" -- {envs} {overrides} & FLEET_PIDS+=($!)',
+            f'--ready-file "$RUN/fleet/$node.json" --stop-file "$RUN/stop-fleet" --models-dir "$RUN/models" {judges} '
+            f'-- {envs} {overrides} & FLEET_PIDS+=($!)',
             "done",
             "# 3. The gate: every node reported and every server answers /health, else the job fails here.",
             f'(step gate "$HEAD" "$PY" -m trainer.launch.fleet_steps gate --ready-dir "$RUN/fleet" --nodes "${{FLEET_NODES[@]}}" '

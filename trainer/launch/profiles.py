@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from trainer.model_servers import ModelServerSetting
 
 ENV_FILE_VAR = "VERIGYM_ENV_FILE"
 
@@ -69,6 +72,10 @@ class LocalProfile(_Strict):
     """Run the job script on this machine (no scheduler): one node, same script as on Slurm."""
     executor: Literal["local"]
     startup_commands: list[str] = Field(default_factory=list)  # shell lines run before anything else
+    # [PROFILE.model_servers.NAME]: judge / GenRM models the job starts or finds (trainer/model_servers.py)
+    model_servers: dict[str, ModelServerSetting] = Field(default_factory=dict)
+    gpus_per_node: int | None = Field(None, ge=0)  # GPUs of this machine the model servers may use
+    vllm_command: list[str] = Field(default_factory=lambda: ["vllm"])  # how `vllm serve` is run here
 
 
 class SlurmProfile(_Strict):
@@ -85,16 +92,35 @@ class SlurmProfile(_Strict):
     exclusive: bool = False
     time: str = "04:00:00"
     container_image: str | None = Field(None, alias="container")  # needs Pyxis/enroot on the cluster
+    # the environment fleet and model servers run in this image instead (verigym's own: a NeMo-RL
+    # image lacks the fleet's packages); default: container_image
+    fleet_container_image: str | None = Field(None, alias="fleet_container")
     mounts: list[str] = Field(default_factory=list)  # "/host:/container", container_image only
     startup_commands: list[str] = Field(default_factory=list)
     # verigym: how many of the allocation's last nodes run the environment servers (0 = the first
     # node, beside the trainer). Those nodes do not join the Ray cluster.
     fleet_nodes: int = Field(0, ge=0)
+    # [PROFILE.model_servers.NAME]: judge / GenRM models the job starts (on nodes of their own, or
+    # beside the fleet) or finds at a URL (trainer/model_servers.py; docs/cluster.md)
+    model_servers: dict[str, ModelServerSetting] = Field(default_factory=dict)
+    vllm_command: list[str] = Field(default_factory=lambda: ["vllm"])  # `vllm serve` = this + ["serve", ...]
+    # The NeMo-RL backend (trainer/nemo_rl/launch.py): the job is NeMo-RL's own ray.sub from this
+    # checkout, with the seeds' super_launch.sh contract (container_image = CONTAINER, mounts =
+    # EXTRA_MOUNTS, account / partition = SLURM_ACCOUNT / SLURM_PARTITION, and these two).
+    nemo_rl_dir: str | None = None         # NeMo-RL's checkout on the login node (shared filesystem)
+    sandbox_container: str | None = None   # SANDBOX_CONTAINER: NeMo-Skills sandbox sidecar on every node
+    persistent_cache: str | None = None    # PERSISTENT_CACHE: vLLM / FlashInfer / Megatron caches, Gym venvs
+    # verigym's own Python for the fleet and the model servers inside NeMo-RL's container (a venv on
+    # shared storage with verigym installed: NeMo-RL's image lacks the fleet's packages). Default:
+    # the Python running `driver`.
+    fleet_python: str | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="after")
     def _check(self) -> "SlurmProfile":
+        if self.fleet_container_image and not self.container_image:
+            raise ValueError("fleet_container_image needs container_image (the image of the Ray and trainer steps)")
         if self.mounts and not self.container_image:
             raise ValueError("mounts apply to the container: set container_image too (or remove mounts)")
         if self.fleet_nodes >= self.nodes:
@@ -117,14 +143,25 @@ class EnvFile:
     path: Path
     wandb: WandbSettings = field(default_factory=WandbSettings)
     profiles: dict[str, LocalProfile | SlurmProfile] = field(default_factory=dict)
+    # Profiles that did not validate, with why: asking for one is an error, the others only warn
+    # (one mistyped key in an unrelated profile must not block every profile of the file).
+    broken: dict[str, ProfileError] = field(default_factory=dict)
 
     def profile(self, name: str) -> LocalProfile | SlurmProfile:
+        if name in self.broken:
+            raise self.broken[name]
         if name not in self.profiles:
-            close = difflib.get_close_matches(name, list(self.profiles), n=1)
+            names = [*self.profiles, *self.broken]
+            close = difflib.get_close_matches(name, names, n=1)
             hint = f"did you mean {close[0]!r}?" if close else \
-                f"profiles: {', '.join(self.profiles) or 'none'}"
+                f"profiles: {', '.join(names) or 'none'}"
             raise ProfileError(f"{self.path}: no profile [{name}]; {hint}")
         return self.profiles[name]
+
+    def warnings(self, chosen: str | None = None) -> list[str]:
+        """One line per broken profile other than ``chosen``."""
+        return [f"warning: ignoring profile [{name}] of {self.path}: {str(exc).split(': ', 1)[-1]}"
+                for name, exc in self.broken.items() if name != chosen]
 
 
 def find_env_file(explicit: str | Path | None = None, start: Path | None = None) -> Path:
@@ -163,7 +200,12 @@ def _error(path: Path, section: str, exc: ValidationError, model: type[BaseModel
     for e in exc.errors():
         loc = [str(x) for x in e["loc"] if x not in ("local", "slurm")]
         key = loc[0] if loc else ""
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "extra_forbidden" and loc[:1] == ["model_servers"] and len(loc) == 3:
+            valid = list(ModelServerSetting.model_fields)
+            close = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
+            lines.append(f"model_servers.{loc[1]}: unknown key {loc[-1]!r}: "
+                         + (f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"))
+        elif e["type"] == "extra_forbidden":
             if key in _NOT_SUPPORTED:
                 lines.append(f"{key!r} is not supported: {_NOT_SUPPORTED[key]}")
                 continue
@@ -197,20 +239,31 @@ def load_env_file(path: str | Path) -> EnvFile:
         else:
             tables[name] = table
     profiles: dict[str, LocalProfile | SlurmProfile] = {}
+    broken: dict[str, ProfileError] = {}
     for name in tables:
-        merged = _resolve_extends(name, tables, path)
-        executor = merged.get("executor", "local")
-        model = {"slurm": SlurmProfile, "local": LocalProfile}.get(executor)
-        if model is None:
-            raise ProfileError(f"{path} [{name}]: executor {executor!r} is not supported; use \"slurm\" or \"local\"")
         try:
-            profiles[name] = _PROFILE.validate_python({**merged, "executor": executor})
-        except ValidationError as exc:
-            raise _error(path, name, exc, model) from None
-    return EnvFile(path=path, wandb=wandb, profiles=profiles)
+            profiles[name] = _validate_profile(name, tables, path)
+        except ProfileError as exc:
+            broken[name] = exc
+    return EnvFile(path=path, wandb=wandb, profiles=profiles, broken=broken)
+
+
+def _validate_profile(name: str, tables: dict[str, dict[str, Any]], path: Path) -> LocalProfile | SlurmProfile:
+    merged = _resolve_extends(name, tables, path)
+    executor = merged.get("executor", "local")
+    model = {"slurm": SlurmProfile, "local": LocalProfile}.get(executor)
+    if model is None:
+        raise ProfileError(f"{path} [{name}]: executor {executor!r} is not supported; use \"slurm\" or \"local\"")
+    try:
+        return _PROFILE.validate_python({**merged, "executor": executor})
+    except ValidationError as exc:
+        raise _error(path, name, exc, model) from None
 
 
 def load_profile(name: str, env_file: str | Path | None = None) -> tuple[LocalProfile | SlurmProfile, WandbSettings, Path]:
     """The profile ``name`` from the env.toml found by :func:`find_env_file`."""
     found = load_env_file(find_env_file(env_file))
-    return found.profile(name), found.wandb, found.path
+    profile = found.profile(name)
+    for line in found.warnings(chosen=name):
+        print(line, file=sys.stderr)
+    return profile, found.wandb, found.path

@@ -24,6 +24,11 @@ from pathlib import Path
 from trainer.launch.node_process import run_supervised
 
 
+# `ray start --block` answers SIGTERM by draining the node and exiting 1 (ray/_private/node.py,
+# sigterm_handler): the status of a stop we asked for, not a failure.
+RAY_STOPPED_STATUS = frozenset({1})
+
+
 def _ray_start_argv(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats", *args]
 
@@ -57,12 +62,13 @@ def head(temp_dir: Path, address_file: Path, stop_file: Path | None, extra: list
             reported = True
 
     argv = _ray_start_argv(["--head", "--port=0", f"--temp-dir={temp_dir}", "--include-dashboard=false", *extra])
-    return run_supervised(argv, stop_file, on_poll=report)
+    return run_supervised(argv, stop_file, on_poll=report, stopped_status=RAY_STOPPED_STATUS)
 
 
 def worker(address: str, temp_dir: Path, stop_file: Path | None, extra: list[str]) -> int:
     temp_dir.mkdir(parents=True, exist_ok=True)
-    return run_supervised(_ray_start_argv([f"--address={address}", f"--temp-dir={temp_dir}", *extra]), stop_file)
+    return run_supervised(_ray_start_argv([f"--address={address}", f"--temp-dir={temp_dir}", *extra]), stop_file,
+                          stopped_status=RAY_STOPPED_STATUS)
 
 
 def wait_for_nodes(nodes: int, timeout_s: float) -> int:

@@ -39,6 +39,7 @@ class Submission:
     script_path: Path
     executor: str
     process: subprocess.Popen | None = None  # the local executor's bash
+    extra_logs: tuple[Path, ...] = ()        # streamed too (NeMo-RL's ray.sub writes the driver's own log)
 
 
 def write_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool,
@@ -116,7 +117,7 @@ class _LogFollower:
 def follow(sub: Submission, out: IO[str] | None = None, poll_s: float = 0.5) -> int:
     """Stream the job's log until it ends; return its exit status."""
     out = out or sys.stdout
-    follower = _LogFollower(sub.log_path, out)
+    followers = [_LogFollower(path, out) for path in (sub.log_path, *sub.extra_logs)]
     cancelled = False
     status_of: Callable[[], int | None]
     if sub.process is not None:
@@ -134,11 +135,13 @@ def follow(sub: Submission, out: IO[str] | None = None, poll_s: float = 0.5) -> 
         status_of = slurm_status
     while True:
         try:
-            follower.pump()
+            for follower in followers:
+                follower.pump()
             status = status_of()
             if status is not None:
                 time.sleep(poll_s)  # the last lines land after the state changes
-                follower.pump()
+                for follower in followers:
+                    follower.pump()
                 return status
             time.sleep(poll_s)
         except KeyboardInterrupt:
