@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -80,7 +81,9 @@ def _worker_main(conn: Connection, preload: tuple[str, ...], memory_mb: int) -> 
             pass
     for module in preload:
         importlib.import_module(module)
-    conn.send(("ready", os.getpid()))
+    # Each message carries the worker's CPU time once it is idle again: the parent's baseline for
+    # telling, at a deadline, how much CPU the call itself used (CpuTimeout.cpu_s).
+    conn.send(("ready", os.getpid(), time.process_time()))
     while True:
         try:
             raw = conn.recv_bytes()
@@ -88,11 +91,12 @@ def _worker_main(conn: Connection, preload: tuple[str, ...], memory_mb: int) -> 
             return
         try:
             fn, args = pickle.loads(raw)  # inside the try: an unpicklable task is an error, not a dead worker
-            conn.send(("ok", fn(*args)))
+            result = fn(*args)
+            conn.send(("ok", result, time.process_time()))
         except MemoryError:
-            conn.send(("err", "MemoryError: the scoring function exceeded the worker memory limit"))
+            conn.send(("err", "MemoryError: the scoring function exceeded the worker memory limit", time.process_time()))
         except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
-            conn.send(("err", "".join(traceback.format_exception(exc))[-4000:]))
+            conn.send(("err", "".join(traceback.format_exception(exc))[-4000:], time.process_time()))
 
 
 def _child_entry() -> None:
@@ -107,6 +111,7 @@ class _Worker:
 
     def _start(self) -> None:
         self._ready = False
+        self._idle_cpu_s = 0.0  # the worker's CPU time when it last reported idle
         zygote = cpu_zygote.current()
         if zygote is not None:
             # Forked from the zygote (servers/cpu_zygote.py): preload already imported there.
@@ -133,7 +138,7 @@ class _Worker:
         if not self.conn.poll(timeout):
             raise RuntimeError("CPU worker did not start in time")
         try:
-            kind, pid = self.conn.recv()
+            kind, pid, self._idle_cpu_s = self.conn.recv()
         except EOFError:
             raise RuntimeError(f"CPU worker exited during start (exit code {self.process.poll()}); "
                                "check that cpu_pool_preload modules import cleanly") from None
@@ -146,15 +151,14 @@ class _Worker:
         """Blocking: run in a thread. Restarts the worker after a timeout or crash."""
         try:
             self.wait_ready()
-            cpu_before = process_cpu_s(self.process.pid)
             self.conn.send((fn, args))
             if not self.conn.poll(timeout):
-                cpu_after = process_cpu_s(self.process.pid)
-                used = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
+                cpu_now = process_cpu_s(self.process.pid)
+                used = max(0.0, cpu_now - self._idle_cpu_s) if cpu_now is not None else None
                 self.restart()
                 raise CpuTimeout(f"{getattr(fn, '__name__', fn)} passed its {timeout:g}s deadline"
                                  + (f" after {used:.2f}s of CPU" if used is not None else ""), cpu_s=used)
-            kind, value = self.conn.recv()
+            kind, value, self._idle_cpu_s = self.conn.recv()
         except (EOFError, OSError, BrokenPipeError) as exc:
             self.restart()
             raise CpuWorkerCrashed(f"CPU worker died while running {getattr(fn, '__name__', fn)}: {exc!r}") from None
