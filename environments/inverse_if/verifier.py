@@ -6,7 +6,8 @@ Unlike ``multichallenge`` (one global template, ``[[YES]]``/``[[NO]]``), every t
 ``judge_prompt_template`` ({prompt} {model_response} {standard_response} {criteria}) and
 ``judge_system_prompt``; the config's defaults cover the few tasks without them. The judge
 answers ``{"result": "PASS"|"FAIL", "explanation": ...}`` per criterion; criteria are judged
-concurrently and aggregated as multichallenge does (the same ``aggregate``). A judge failure on
+concurrently and aggregated as multichallenge does (the same ``aggregate``,
+environments/rubric_judging/). A judge failure on
 any criterion makes the sample ``judge_error`` (masked): a partial rubric is not a score.
 """
 
@@ -15,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from environments.multichallenge.verifier import aggregate
+from environments.rubric_judging.rubric import Aggregation, aggregate
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.judge import (
     JudgedConfig, JudgedEnvironment, JudgePrompt, VerdictFormat, check_prompt_template, final_answer, judge_prompt,
@@ -108,7 +109,7 @@ class InverseIFRow(RowModel):
 
 
 class InverseIFConfig(JudgedConfig, EnvConfig):
-    aggregation: Literal["mean", "all", "min", "max", "any", "weighted"] = Field(
+    aggregation: Aggregation = Field(
         "mean", description="Per-criterion scores -> reward: mean (fraction passed), all (1 iff every criterion "
                             "passes), min, max, any, weighted (criteria carry no weights: = mean).")
     default_judge_prompt_template: str = Field(DEFAULT_TEMPLATE, description="For tasks without their own template.")

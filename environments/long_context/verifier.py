@@ -12,7 +12,7 @@ A row may force a metric with ``metric``.
 ``lc_judge`` mode (NeMo-Gym's ``lc_judge`` config of ``equivalence_llm_judge``): rows with
 ``metric: judge``, or routed from ``lc_judge_simple_agent``, have a free-text ``expected_answer``
 that an LLM judge compares with the final answer (CORRECT / INCORRECT). The judging is the
-shared equivalence flow (environments/equivalence_llm_judge/equivalence.py), its settings under
+shared equivalence flow (environments/llm_equivalence/equivalence.py), its settings under
 the ``lc_judge`` config key; the judge is ``judges.judge``. Only these rows call a judge.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Iterator, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from environments.equivalence_llm_judge.equivalence import (
+from environments.llm_equivalence.equivalence import (
     EquivalenceSettings, check_regex, judge_equivalence, question_of,
 )
 from environments.long_context import scoring

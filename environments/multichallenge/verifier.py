@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from environments.rubric_judging.rubric import Aggregation, aggregate
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.judge import (JudgedConfig, JudgedEnvironment, VerdictFormat, final_answer, find_label, judge_prompt,
                            label_verdict)
@@ -61,7 +62,7 @@ class MultiChallengeRow(RowModel):
 
 
 class MultiChallengeConfig(JudgedConfig, EnvConfig):
-    aggregation: Literal["mean", "all", "min", "max", "any", "weighted"] = Field(
+    aggregation: Aggregation = Field(
         "mean", description="Per-item scores -> reward: mean (fraction passed), all (1 iff every item passes), "
                             "min, max, any, weighted (weight-averaged).")
     judge_prompt_template: str = Field(DEFAULT_TEMPLATE, description="Placeholders {context} {response} "
@@ -103,17 +104,6 @@ def build_context(row: MultiChallengeRow) -> str:
     if isinstance(messages, str):
         return f"[USER]: {messages}"
     return "\n\n".join(f"[{str(m.get('role', 'unknown')).upper()}]: {m.get('content', '')}" for m in messages)
-
-
-def aggregate(mode: str, scores: list[float], weights: list[float]) -> float:
-    if mode == "mean":
-        return sum(scores) / len(scores)
-    if mode in ("all", "min"):
-        return min(scores)
-    if mode in ("any", "max"):
-        return max(scores)
-    total = sum(weights)
-    return sum(s * w for s, w in zip(scores, weights)) / total if total else 0.0
 
 
 class MultiChallengeEnvironment(JudgedEnvironment, Environment):
