@@ -55,17 +55,23 @@ class EquivalenceJudgeEnvironment(JudgedEnvironment, Environment):
     judge_names = ("judge",)
 
     async def verify(self, row: EquivalenceRow, response: ResponseObject, session: Any | None) -> Verdict:
-        settings: EquivalenceSettings = self.config  # type: ignore[assignment]
-        expected = row.expected_answer or ""
-        answer = final_answer(response)
-        extras: dict[str, Any] = {"expected_answer": expected}
-        if not answer:  # nothing to judge (empty, or reasoning that never closed)
-            return Verdict(0.0, extras={**extras, "extracted_answer": "", "judge_evaluations": [],
-                                        "scored_by": "empty_response"})
-        outcome = await judge_equivalence(self.judge("judge"), settings, question=question_of(
-            row, settings.question_extract_regex), expected=expected, response_text=answer,
-            record_regex=row.output_regex, guard=self.config.response_guard)
-        labels = (settings.judge_equal_label, settings.judge_not_equal_label)
-        return Verdict(outcome.reward, extras={**extras, "extracted_answer": outcome.extracted_answer,
-                                               "judge_evaluations": [p.as_dict(labels) for p in outcome.passes],
-                                               "scored_by": "judge"})
+        return await judge_against_reference(self, self.config, row, response)
+
+
+async def judge_against_reference(env: JudgedEnvironment, settings: EquivalenceSettings, row: Any,
+                                  response: ResponseObject) -> Verdict:
+    """The verdict of ``row``'s reference (``expected_answer``, ``output_regex``) against the
+    response's final answer, judged by ``env``'s judge ``judge`` under ``settings``."""
+    expected = row.expected_answer or ""
+    answer = final_answer(response)
+    extras: dict[str, Any] = {"expected_answer": expected}
+    if not answer:  # nothing to judge (empty, or reasoning that never closed)
+        return Verdict(0.0, extras={**extras, "extracted_answer": "", "judge_evaluations": [],
+                                    "scored_by": "empty_response"})
+    outcome = await judge_equivalence(env.judge("judge"), settings, question=question_of(
+        row, settings.question_extract_regex), expected=expected, response_text=answer,
+        record_regex=row.output_regex, guard=env.config.response_guard)
+    labels = (settings.judge_equal_label, settings.judge_not_equal_label)
+    return Verdict(outcome.reward, extras={**extras, "extracted_answer": outcome.extracted_answer,
+                                           "judge_evaluations": [p.as_dict(labels) for p in outcome.passes],
+                                           "scored_by": "judge"})

@@ -2,5 +2,5 @@
 the items' scores aggregated into the reward). Not an environment itself (no ``verifier.py``), so
 the registry does not list it.
 
-* ``rubric``: the aggregation modes and the per-item scores -> reward rule.
+* ``rubric``: the aggregation modes and ``score_rubric`` (items judged concurrently, aggregated).
 """
