@@ -5,7 +5,6 @@ environment's CPU pool (``score_final_answer``). Results are cached by ``(gold, 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Literal
 
 from environments.math_grading.answer_cost import CostLimits, costly_answer, oversized_answer
@@ -14,31 +13,14 @@ from environments.math_grading.scoring import fast_equivalence, library_score
 from environments.math_grading.symbolic import symbolic_equivalence
 from servers.cpu_pool import CpuTimeout
 from servers.environment import Environment, Verdict
+from servers.lru import LRU
 from servers.wire import FailureClass
 
 ExtractionRule = Literal["boxed", "answer_line", "last_number"]
 
 
-class ResultCache:
-    """(gold, extracted) -> (reward, scored_by, error), least recently used dropped past ``size``."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._data: OrderedDict[tuple[str, str], tuple[float, str, str | None]] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> tuple[float, str, str | None] | None:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
-
-    def put(self, key: tuple[str, str], value: tuple[float, str, str | None]) -> None:
-        if self.size <= 0:
-            return
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self.size:
-            self._data.popitem(last=False)
+# (gold, extracted) -> (reward, scored_by, error)
+ResultCache = LRU[tuple[str, str], tuple[float, str, str | None]]
 
 
 async def score_final_answer(env: Environment, gold: str, extracted: str, extras: dict[str, Any], *,
