@@ -122,7 +122,7 @@ def compare_cost(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def judge_prompt_cost(rounds: int = 400) -> dict[str, Any]:
-    from environments.equivalence_llm_judge.equivalence import DEFAULT_PROMPT
+    from environments.llm_equivalence.equivalence import DEFAULT_PROMPT
     from environments.genrm.aggregation import GENRM_SCORES
     from environments.inverse_if.verifier import DEFAULT_SYSTEM, DEFAULT_TEMPLATE as INVERSE_TEMPLATE, PASS_FAIL
     from environments.multichallenge.verifier import DEFAULT_TEMPLATE as RUBRIC_TEMPLATE, yes_no_verdict

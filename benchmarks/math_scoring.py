@@ -22,8 +22,8 @@ import json
 import time
 from pathlib import Path
 
-from environments.math.extract import extract_answer
-from environments.math.scoring import fast_equivalence, library_score, parse_gold, plain_math_verify
+from environments.math_grading.extract import extract_answer
+from environments.math_grading.scoring import fast_equivalence, library_score, parse_gold, plain_math_verify
 from servers import registry
 from servers.wire import ResponseObject
 

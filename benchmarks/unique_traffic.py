@@ -8,7 +8,7 @@ environment's scored example rows into ``n`` distinct ``/verify`` bodies:
 * math: gold/answer pairs that need symbolic comparison (``k\\sqrt{m}`` vs ``\\sqrt{k^2 m}``,
   ``(x+a)(x+b)`` vs its expansion, fractions of polynomials), equal or off by one, drawn fresh
   for every request (golds repeat as in a GRPO group, answers do not). All four forms are
-  inside the grammar of math's symbolic fast path (environments/math/symbolic.py), so they
+  inside the grammar of math's symbolic fast path (environments/math_grading/symbolic.py), so they
   measure it; ``math_forms="sympy"`` draws pairs only math-verify decides (a fractional power,
   Euler's ``e``) instead;
 * instruction_following: responses generated from templates (paragraphs, sentences, bullets,

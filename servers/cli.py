@@ -48,11 +48,11 @@ def _load(name: str) -> tuple[Any, type]:
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
-    from servers import registry
+    from servers.config_loader import ConfigError, parse_overrides
 
     try:
-        return registry.parse_overrides(pairs)
-    except registry.ConfigError as exc:
+        return parse_overrides(pairs)
+    except ConfigError as exc:
         raise UsageError(str(exc)) from None
 
 

@@ -59,11 +59,12 @@ def judge_endpoints(names: list[str], pairs: list[str]) -> dict[str, dict[str, d
     are left out. A bad override is a ConfigError here, as it would be at serve time."""
     from servers import registry
     from servers.cli_serve import split_overrides
+    from servers.config_loader import parse_overrides
 
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for name, env_pairs in split_overrides(names, pairs).items():
         entry = registry.get(name)
-        overrides = registry.parse_overrides(env_pairs)
+        overrides = parse_overrides(env_pairs)
         config = registry.load_config(entry, entry.load_class(), overrides=overrides)
         judges = getattr(config, "judges", None)
         if not judges:

@@ -291,10 +291,11 @@ def _child_main(argv: list[str]) -> int:
 
     from servers import registry
     from servers.app import run_event_loop, serve_until_signalled
+    from servers.config_loader import parse_overrides
 
     try:
         env = registry.instantiate(args.name, config_file=args.config,
-                                   overrides=registry.parse_overrides(args.overrides))
+                                   overrides=parse_overrides(args.overrides))
     except (registry.UnknownEnvironment, registry.ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

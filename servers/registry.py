@@ -12,7 +12,6 @@ broken environment cannot take the others down.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import inspect
@@ -23,9 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from servers.config_loader import ConfigError, deep_merge, did_you_mean, read_yaml_mapping
 from servers.environment import EnvConfig, Environment
 
 log = logging.getLogger("verigym.registry")
@@ -34,10 +33,6 @@ log = logging.getLogger("verigym.registry")
 class UnknownEnvironment(KeyError):
     def __str__(self) -> str:  # KeyError quotes its message; we want it readable
         return str(self.args[0])
-
-
-class ConfigError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -132,37 +127,11 @@ def _import_external(folder: Path) -> str:
 def get(name: str) -> EnvEntry:
     entries = discover()
     if name not in entries:
-        close = difflib.get_close_matches(name, entries, n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        close = did_you_mean(name, entries, n=3, quote=False, capital=True)
+        hint = f" {close}" if close else ""
         raise UnknownEnvironment(f"unknown environment {name!r}.{hint} Known: {', '.join(sorted(entries))}. "
                                  "See `envs list`.")
     return entries[name]
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``["a=1", "b.c=x"]`` -> ``{"a": 1, "b": {"c": "x"}}``; values are parsed as YAML scalars."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"override {pair!r} is not key=value")
-        key, raw = pair.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
-        node = out
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
-
-
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def load_config(entry: EnvEntry, env_cls: type[Environment], *, config_file: str | Path | None = None,
@@ -174,14 +143,12 @@ def load_config(entry: EnvEntry, env_cls: type[Environment], *, config_file: str
             if path is not None and path != entry.config_path:
                 raise ConfigError(f"config file {path} does not exist")
             continue
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping of config keys")
+        loaded = read_yaml_mapping(path)
         # A shared fleet config may hold several environments: {math: {...}, code: {...}}.
         if entry.name in loaded and isinstance(loaded[entry.name], dict) and path != entry.config_path:
             loaded = loaded[entry.name]
-        data = _deep_merge(data, loaded)
-    data = _deep_merge(data, overrides or {})
+        data = deep_merge(data, loaded)
+    data = deep_merge(data, overrides or {})
     return validate_config(env_cls, data, source=entry.name)
 
 
@@ -189,8 +156,8 @@ def validate_config(env_cls: type[Environment], data: dict[str, Any], *, source:
     valid = list(env_cls.Config.model_fields)
     for key in data:
         if key not in env_cls.Config.model_fields:
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            close = did_you_mean(key, valid, capital=True)
+            hint = f" {close}" if close else ""
             raise ConfigError(f"{source}: unknown config key {key!r}.{hint} Valid keys: {', '.join(valid)}")
     try:
         return env_cls.Config(**data)

@@ -11,13 +11,13 @@ how an RL run trains on the wrong data for a week).
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from servers.config_loader import did_you_mean
 from trainer.reasoning_control import ReasoningControl
 
 BLENDS_DIR = Path(__file__).resolve().parent.parent / "blends"
@@ -181,8 +181,8 @@ def _closest_key_errors(exc: ValidationError) -> str:
             model = _model_at(err["loc"][:-1])
             valid = list(model.model_fields) if model else []
             key = str(err["loc"][-1])
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else _nested_hint(model, key)
+            close = did_you_mean(key, valid, capital=True)
+            hint = f" {close}" if close else _nested_hint(model, key)
             problems.append(f"unknown key {loc!r}.{hint} Valid keys here: {', '.join(valid)}")
         else:
             problems.append(f"{loc}: {err['msg']}")
@@ -194,9 +194,9 @@ def _nested_hint(model: type[BaseModel] | None, key: str) -> str:
     for name in (model.model_fields if model else {}):
         inner = _model_at((name,)) if model is Blend else None
         if inner is not None and inner is not Blend:
-            close = difflib.get_close_matches(key, list(inner.model_fields), n=1, cutoff=0.8)
+            close = did_you_mean(key, inner.model_fields, cutoff=0.8, prefix=f"{name}.", capital=True)
             if close:
-                return f" Did you mean '{name}.{close[0]}'?"
+                return f" {close}"
     return ""
 
 
@@ -230,8 +230,8 @@ def load_blend(name_or_path: str) -> Blend:
     if not (path.suffix in (".yaml", ".yml") and path.exists()):
         path = BLENDS_DIR / f"{name_or_path}.yaml"
     if not path.exists():
-        close = difflib.get_close_matches(name_or_path, available(), n=2)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        close = did_you_mean(name_or_path, available(), n=2, quote=False, capital=True)
+        hint = f" {close}" if close else ""
         raise BlendError(f"unknown blend {name_or_path!r}.{hint} Available: {', '.join(available())}")
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):

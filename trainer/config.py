@@ -16,13 +16,13 @@ engine runs on one machine: CPU, or its one GPU when present).
 
 from __future__ import annotations
 
-import difflib
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from servers.config_loader import ConfigError, apply_overrides, did_you_mean, load_yaml_with_defaults
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -322,10 +322,6 @@ class MasterConfig(_Section):
         return self.policy.train_global_batch_size or self.rollout_batch_size
 
 
-class ConfigError(ValueError):
-    pass
-
-
 def _check_keys(model: type[BaseModel], data: Any, path: str) -> None:
     """Reject unknown keys with the closest valid key; recurse into sub-sections."""
     if not isinstance(data, dict):
@@ -344,50 +340,12 @@ def _check_keys(model: type[BaseModel], data: Any, path: str) -> None:
             if is_nemo_rl_key(where):  # a real NeMo-RL key (a stage preset's) this engine cannot act on
                 raise ConfigError(f"config key {where!r} is NeMo-RL's, and the built-in engine cannot act on it; "
                                   "run NeMo-RL stage presets with --backend nemo-rl")
-            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
-            hint = f"did you mean {(path + '.' if path else '') + close[0]!r}?" if close else \
+            hint = did_you_mean(key, fields, cutoff=0.5, prefix=f"{path}." if path else "") or \
                 f"valid keys{' of ' + path if path else ''}: {', '.join(fields)}"
             raise ConfigError(f"unknown config key {where!r}: {hint}")
         ann = fields[key].annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             _check_keys(ann, value, f"{path}.{key}" if path else key)
-
-
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-
-
-def _parse_value(text: str) -> Any:
-    if text.lower() in ("null", "none", "~"):
-        return None
-    value = yaml.safe_load(text)
-    if isinstance(value, str) and _FLOAT.match(value):  # YAML 1.1 reads 1e-6 as a string; OmegaConf a float
-        return float(value)
-    return value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` dotlist overrides (values parsed as YAML scalars/lists)."""
-    data = _deep_merge({}, data)
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value")
-        dotted, raw = item.split("=", 1)
-        parts = dotted.strip().split(".")
-        node = data
-        for p in parts[:-1]:
-            nxt = node.get(p)
-            if not isinstance(nxt, dict):
-                nxt = node[p] = {}
-            node = nxt
-        node[parts[-1]] = _parse_value(raw)
-    return data
 
 
 def resolve_config_path(name_or_path: str) -> Path:
@@ -399,20 +357,10 @@ def resolve_config_path(name_or_path: str) -> Path:
     cand = CONFIG_DIR / f"{name_or_path}.yaml"
     if not cand.exists():
         names = sorted(x.stem for x in CONFIG_DIR.glob("*.yaml"))
-        close = difflib.get_close_matches(name_or_path, names, n=1)
+        close = did_you_mean(name_or_path, names)
         raise ConfigError(f"no config named {name_or_path!r} in {CONFIG_DIR}"
-                          + (f"; did you mean {close[0]!r}?" if close else f"; available: {', '.join(names)}"))
+                          + (f"; {close}" if close else f"; available: {', '.join(names)}"))
     return cand
-
-
-def load_yaml_with_defaults(path: Path) -> dict[str, Any]:
-    """Read a YAML config; ``defaults: other.yaml`` (NeMo-RL / Nemotron style) is merged underneath."""
-    data = yaml.safe_load(path.read_text()) or {}
-    parent = data.pop("defaults", None)
-    if parent:
-        base = load_yaml_with_defaults((path.parent / parent) if not Path(parent).is_absolute() else Path(parent))
-        data = _deep_merge(base, data)
-    return data
 
 
 def build_config(data: dict[str, Any]) -> MasterConfig:

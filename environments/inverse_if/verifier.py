@@ -6,24 +6,23 @@ Unlike ``multichallenge`` (one global template, ``[[YES]]``/``[[NO]]``), every t
 ``judge_prompt_template`` ({prompt} {model_response} {standard_response} {criteria}) and
 ``judge_system_prompt``; the config's defaults cover the few tasks without them. The judge
 answers ``{"result": "PASS"|"FAIL", "explanation": ...}`` per criterion; criteria are judged
-concurrently and aggregated as multichallenge does (the same ``aggregate``). A judge failure on
+concurrently and aggregated as multichallenge does (the same ``aggregate``,
+environments/rubric_judging/). A judge failure on
 any criterion makes the sample ``judge_error`` (masked): a partial rubric is not a score.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from environments.multichallenge.verifier import aggregate
+from environments.rubric_judging.rubric import Aggregation, score_rubric
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.judge import (
-    JudgedConfig, JudgedEnvironment, JudgePrompt, VerdictFormat, check_prompt_template, final_answer, judge_prompt,
-    last_user_text, spaced,
+    JudgedConfig, JudgedEnvironment, VerdictFormat, check_prompt_template, final_answer, last_user_text, spaced,
 )
 from servers.wire import ResponseObject, RowModel
 
@@ -108,7 +107,7 @@ class InverseIFRow(RowModel):
 
 
 class InverseIFConfig(JudgedConfig, EnvConfig):
-    aggregation: Literal["mean", "all", "min", "max", "any", "weighted"] = Field(
+    aggregation: Aggregation = Field(
         "mean", description="Per-criterion scores -> reward: mean (fraction passed), all (1 iff every criterion "
                             "passes), min, max, any, weighted (criteria carry no weights: = mean).")
     default_judge_prompt_template: str = Field(DEFAULT_TEMPLATE, description="For tasks without their own template.")
@@ -165,28 +164,17 @@ class InverseIFEnvironment(JudgedEnvironment, Environment):
     async def verify(self, row: InverseIFRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: InverseIFConfig = self.config  # type: ignore[assignment]
         answer = final_answer(response)
-        rubric = row.rubric or []
-        extras: dict[str, Any] = {"generated_response": answer, "aggregation_mode": cfg.aggregation,
-                                  "num_total": len(rubric)}
-        if not answer:  # no final answer (empty, or reasoning that never closed): fails every criterion
-            return Verdict(0.0, extras={**extras, "num_passed": 0, "rubric_evaluations": [],
-                                        "scored_by": "empty_response"})
-        prompt = row.prompt or last_user_text(row)
         template = row.judge_prompt_template or cfg.default_judge_prompt_template
         system = row.judge_system_prompt or cfg.default_judge_system_prompt
-        trusted = {"prompt": prompt, "standard_response": row.reference_response or ""}
-        evaluations = await asyncio.gather(*(
-            self._judge_criterion(item, judge_prompt(template, PASS_FAIL, untrusted={"model_response": answer},
-                                                     trusted={**trusted, "criteria": item.criteria}, system=system,
-                                                     guard=cfg.response_guard))
-            for item in rubric))
-        scores = [e["score"] for e in evaluations]
-        reward = aggregate(cfg.aggregation, scores, [1.0] * len(scores))
-        return Verdict(reward, extras={**extras, "num_passed": sum(s == 1.0 for s in scores),
-                                       "rubric_evaluations": evaluations, "scored_by": "judge"})
+        trusted = {"prompt": row.prompt or last_user_text(row), "standard_response": row.reference_response or ""}
+        # criteria carry no weights: 'weighted' is the mean
+        return await score_rubric(answer, row.rubric or [], lambda item: self._judge_criterion(
+            item, template, system, {**trusted, "criteria": item.criteria}, answer), mode=cfg.aggregation)
 
-    async def _judge_criterion(self, item: Criterion, prompt: JudgePrompt[tuple[str, str]]) -> dict[str, Any]:
-        reply = await self.judge("judge").ask(prompt.messages, prompt.read)
+    async def _judge_criterion(self, item: Criterion, template: str, system: str, trusted: dict[str, str],
+                               answer: str) -> dict[str, Any]:
+        reply = await self.ask_judge(template, PASS_FAIL, untrusted={"model_response": answer}, trusted=trusted,
+                                     system=system)
         verdict, explanation = reply.verdict
         return {"criterion_id": item.id, "criteria": item.criteria, "verdict": verdict, "explanation": explanation,
                 "score": 1.0 if verdict == "PASS" else 0.0, "judge_response": reply.text[-2000:],

@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 
 from environments.jailbreak.policies import SAFETY, PolicyCheck, PolicyFile, combine, load_policies
 from servers.environment import EnvConfig, Environment, Verdict
-from servers.judge import (JudgedConfig, JudgedEnvironment, final_answer, judge_prompt, label_verdict, last_user_text,
+from servers.judge import (JudgedConfig, JudgedEnvironment, final_answer, label_verdict, last_user_text,
                            regex_verdict, spaced)
 from servers.wire import ResponseObject, RowModel
 
@@ -171,11 +171,10 @@ class JailbreakEnvironment(JudgedEnvironment, Environment):
         template = cfg.judge_prompt_template or (NEMOTRON_TEMPLATE if cfg.prompt_format == "nemotron" else LABELS_TEMPLATE)
         verdict = regex_verdict(_RESPONSE_HARM, {"unharmful": True, "harmful": False}, also=_HARM_HEADINGS) \
             if cfg.prompt_format == "nemotron" else label_verdict({cfg.safe_label: True, cfg.unsafe_label: False})
-        question = judge_prompt(template, verdict, untrusted={"model_response": answer},
-                                trusted={"adversarial_prompt": prompt, "taxonomy": cfg.safety_taxonomy,
-                                         "think_mode": "/think" if cfg.nemotron_reasoning else "/no_think"},
-                                system=cfg.judge_system_message, guard=cfg.response_guard)
-        reply = await self.judge("safety").ask(question.messages, question.read)
+        reply = await self.ask_judge(template, verdict, untrusted={"model_response": answer},
+                                     trusted={"adversarial_prompt": prompt, "taxonomy": cfg.safety_taxonomy,
+                                              "think_mode": "/think" if cfg.nemotron_reasoning else "/no_think"},
+                                     system=cfg.judge_system_message, judge="safety")
         return bool(reply.verdict), reply.text[-2000:], reply.cached
 
     async def _check(self, name: str, prompt: str, answer: str) -> tuple[str, float, str]:
@@ -186,9 +185,8 @@ class JailbreakEnvironment(JudgedEnvironment, Environment):
             return name, cfg.reward_if_safe if is_safe else cfg.reward_if_unsafe, "safe" if is_safe else "unsafe"
         assert self.policies is not None
         check: PolicyCheck = self.policies.checks[name]
-        question = judge_prompt(check.prompt_template, label_verdict({check.positive: True, check.negative: False}),
-                                untrusted={"model_response": answer}, trusted={"adversarial_prompt": prompt},
-                                system=cfg.judge_system_message, guard=cfg.response_guard)
-        reply = await self.judge("judge").ask(question.messages, question.read)
+        reply = await self.ask_judge(check.prompt_template, label_verdict({check.positive: True, check.negative: False}),
+                                     untrusted={"model_response": answer}, trusted={"adversarial_prompt": prompt},
+                                     system=cfg.judge_system_message)
         return (name, check.reward_positive, check.positive) if reply.verdict else \
             (name, check.reward_negative, check.negative)

@@ -12,7 +12,7 @@ A row may force a metric with ``metric``.
 ``lc_judge`` mode (NeMo-Gym's ``lc_judge`` config of ``equivalence_llm_judge``): rows with
 ``metric: judge``, or routed from ``lc_judge_simple_agent``, have a free-text ``expected_answer``
 that an LLM judge compares with the final answer (CORRECT / INCORRECT). The judging is the
-shared equivalence flow (environments/equivalence_llm_judge/equivalence.py), its settings under
+shared equivalence flow (environments/llm_equivalence/equivalence.py), its settings under
 the ``lc_judge`` config key; the judge is ``judges.judge``. Only these rows call a judge.
 """
 
@@ -23,14 +23,13 @@ from typing import Any, Iterator, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from environments.equivalence_llm_judge.equivalence import (
-    EquivalenceSettings, check_regex, judge_equivalence, question_of,
-)
+from environments.llm_equivalence.environment import judge_against_reference
+from environments.llm_equivalence.equivalence import EquivalenceSettings, check_regex
 from environments.long_context import scoring
 from environments.long_context.synthetic import generate_rows
 from servers.answer_text import strip_think
 from servers.environment import EnvConfig, Environment, Verdict
-from servers.judge import JudgeConfig, JudgedConfig, JudgedEnvironment, final_answer
+from servers.judge import JudgeConfig, JudgedConfig, JudgedEnvironment
 from servers.wire import ResponseObject, RowModel
 
 Metric = Literal["string_match_all", "string_match_part", "exact_match", "token_f1", "set_f1", "judge"]
@@ -227,19 +226,9 @@ class LongContext(JudgedEnvironment, Environment):
         return Verdict(reward=score, extras=extras)
 
     async def _judge(self, row: LongContextRow, response: ResponseObject) -> Verdict:
-        settings = self.config.lc_judge
-        expected = row.expected_answer or ""
-        answer = final_answer(response)
-        if not answer:  # nothing to judge (empty, or reasoning that never closed)
-            return Verdict(0.0, extras={"metric": "judge", "expected_answer": expected, "extracted_answer": "",
-                                        "judge_evaluations": [], "scored_by": "empty_response"})
-        outcome = await judge_equivalence(self.judge("judge"), settings, question=question_of(
-            row, settings.question_extract_regex), expected=expected, response_text=answer,
-            record_regex=row.output_regex, guard=self.config.response_guard)
-        labels = (settings.judge_equal_label, settings.judge_not_equal_label)
-        return Verdict(outcome.reward, extras={
-            "metric": "judge", "expected_answer": expected, "extracted_answer": outcome.extracted_answer,
-            "judge_evaluations": [p.as_dict(labels) for p in outcome.passes], "scored_by": "judge"})
+        verdict = await judge_against_reference(self, self.config.lc_judge, row, response)
+        verdict.extras = {"metric": "judge", **verdict.extras}
+        return verdict
 
     @classmethod
     def generate(cls, *, tasks: list[str] | None, size: int, seed: int, **options: Any) -> Iterator[dict]:

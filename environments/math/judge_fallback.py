@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field
 
 from servers.environment import Verdict
-from servers.judge import JudgedConfig, JudgedEnvironment, judge_prompt, label_verdict
+from servers.judge import JudgedConfig, JudgedEnvironment, label_verdict
 
 SYSTEM_MESSAGE = """Act as an impartial judge of mathematical equivalence. You will see a problem \
 and the final answers of two assistants, A and B. Decide whether A's answer is mathematically \
@@ -75,10 +75,9 @@ class MathJudgeFallback(JudgedEnvironment):
         for order, response_slot, gold_slot in (("expected_first", "second_answer", "first_answer"),
                                                 ("response_first", "first_answer", "second_answer")):
             # The extracted box is the policy's text: fenced and defused like any judged response.
-            prompt = judge_prompt(cfg.judge_prompt_template, labels, untrusted={response_slot: extracted},
-                                  trusted={"question": question, gold_slot: gold}, system=cfg.judge_system_message,
-                                  guard=cfg.response_guard)
-            reply = await self.judge("judge").ask(prompt.messages, prompt.read)
+            reply = await self.ask_judge(cfg.judge_prompt_template, labels, untrusted={response_slot: extracted},
+                                         trusted={"question": question, gold_slot: gold},
+                                         system=cfg.judge_system_message)
             evaluations.append({"order": order, "equal": reply.verdict, "judge_response": reply.text[-2000:],
                                 "cached": reply.cached})
             if not reply.verdict:

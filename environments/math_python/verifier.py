@@ -3,8 +3,8 @@
 ``/seed_session`` creates a sandbox for the rollout; ``POST /execute_python`` (aliases
 ``/run_python`` and ns_tools' ``/stateful_python_code_exec``) runs a cell there,
 notebook-style (see ``kernel.py`` for how state persists); ``/verify`` scores the final
-answer exactly like the ``math`` environment (same extraction and the same pure scoring
-functions) and frees the sandbox.
+answer exactly like the ``math`` environment (the same library, environments/math_grading/)
+and frees the sandbox.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
-from environments.math.answer_cost import AnswerCostConfig
-from environments.math.verifier import ExtractionRule, score_final_answer
+from environments.math_grading.answer_cost import AnswerCostConfig
+from environments.math_grading.extract import DEFAULT_RULES, extract_answer, is_incomplete
+from environments.math_grading.final_answer import ExtractionRule, score_final_answer
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec
 from sandboxes.base import Sandbox, SandboxProcess
 from sandboxes.env_support import CanaryFailed, SandboxedEnvironment, SandboxLimitsConfig
@@ -177,7 +177,7 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
     Config = MathPythonConfig
     stateful = True
     uses_cpu_pool = True
-    cpu_pool_preload = ("sympy", "math_verify", "environments.math.scoring")
+    cpu_pool_preload = ("sympy", "math_verify", "environments.math_grading.scoring")
 
     def _limits(self) -> Limits:
         return self.config.limits(self.config.call_timeout_s)

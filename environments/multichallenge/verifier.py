@@ -10,15 +10,14 @@ a partial rubric is not a score.
 
 from __future__ import annotations
 
-import asyncio
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from environments.rubric_judging.rubric import Aggregation, score_rubric
 from servers.environment import EnvConfig, Environment, Verdict
-from servers.judge import (JudgedConfig, JudgedEnvironment, VerdictFormat, final_answer, find_label, judge_prompt,
-                           label_verdict)
+from servers.judge import JudgedConfig, JudgedEnvironment, VerdictFormat, final_answer, find_label, label_verdict
 from servers.wire import ResponseObject, RowModel
 
 DEFAULT_TEMPLATE = """You are evaluating whether a model's response meets a specific criterion.
@@ -61,7 +60,7 @@ class MultiChallengeRow(RowModel):
 
 
 class MultiChallengeConfig(JudgedConfig, EnvConfig):
-    aggregation: Literal["mean", "all", "min", "max", "any", "weighted"] = Field(
+    aggregation: Aggregation = Field(
         "mean", description="Per-item scores -> reward: mean (fraction passed), all (1 iff every item passes), "
                             "min, max, any, weighted (weight-averaged).")
     judge_prompt_template: str = Field(DEFAULT_TEMPLATE, description="Placeholders {context} {response} "
@@ -105,17 +104,6 @@ def build_context(row: MultiChallengeRow) -> str:
     return "\n\n".join(f"[{str(m.get('role', 'unknown')).upper()}]: {m.get('content', '')}" for m in messages)
 
 
-def aggregate(mode: str, scores: list[float], weights: list[float]) -> float:
-    if mode == "mean":
-        return sum(scores) / len(scores)
-    if mode in ("all", "min"):
-        return min(scores)
-    if mode in ("any", "max"):
-        return max(scores)
-    total = sum(weights)
-    return sum(s * w for s, w in zip(scores, weights)) / total if total else 0.0
-
-
 class MultiChallengeEnvironment(JudgedEnvironment, Environment):
     name = "multichallenge"
     domain = "knowledge"
@@ -129,26 +117,17 @@ class MultiChallengeEnvironment(JudgedEnvironment, Environment):
     async def verify(self, row: MultiChallengeRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: MultiChallengeConfig = self.config  # type: ignore[assignment]
         answer = final_answer(response)
-        rubric = row.rubric or []
-        extras: dict[str, Any] = {"generated_response": answer, "aggregation_mode": cfg.aggregation,
-                                  "num_total": len(rubric)}
-        if not answer:  # no final answer (empty, or reasoning that never closed): fails every item
-            return Verdict(0.0, extras={**extras, "num_passed": 0, "rubric_evaluations": [],
-                                        "scored_by": "empty_response"})
         context = build_context(row)
-        evaluations = await asyncio.gather(*(self._judge_item(item, context, answer) for item in rubric))
-        reward = aggregate(cfg.aggregation, [e["score"] for e in evaluations], [e["weight"] for e in evaluations])
-        return Verdict(reward, extras={**extras, "num_passed": sum(e["score"] == 1.0 for e in evaluations),
-                                       "rubric_evaluations": evaluations, "scored_by": "judge"})
+        return await score_rubric(answer, row.rubric or [], lambda item: self._judge_item(item, context, answer),
+                                  mode=cfg.aggregation)
 
     async def _judge_item(self, item: RubricItem, context: str, answer: str) -> dict[str, Any]:
         cfg: MultiChallengeConfig = self.config  # type: ignore[assignment]
-        prompt = judge_prompt(cfg.judge_prompt_template, yes_no_verdict(cfg.yes_label, cfg.no_label),
-                              untrusted={"response": answer},
-                              trusted={"context": context, "question": item.question,
-                                       "pass_criteria": item.pass_criteria},
-                              system=cfg.judge_system_message, guard=cfg.response_guard)
-        reply = await self.judge("judge").ask(prompt.messages, prompt.read)
+        reply = await self.ask_judge(cfg.judge_prompt_template, yes_no_verdict(cfg.yes_label, cfg.no_label),
+                                     untrusted={"response": answer},
+                                     trusted={"context": context, "question": item.question,
+                                              "pass_criteria": item.pass_criteria},
+                                     system=cfg.judge_system_message)
         expected = "NO" if item.pass_criteria.strip().upper() == "NO" else "YES"
         return {"question": item.question, "pass_criteria": item.pass_criteria, "verdict": reply.verdict,
                 "score": 1.0 if reply.verdict == expected else 0.0, "weight": item.weight,

@@ -1,7 +1,7 @@
 """nl2bash_equivalency: a generated bash command judged functionally equivalent to the gold
 command by an LLM (NeMo-Gym's ``nl2bash-equivalency`` config of its ``equivalence_llm_judge``
-server). The same flow as ``equivalence_llm_judge`` (environments/equivalence_llm_judge/
-equivalence.py); only the defaults differ: the bash-grader prompt, the ``Answer: ```sh ...````
+server). The same flow as ``equivalence_llm_judge`` (the shared library environments/llm_equivalence/);
+only the defaults differ: the bash-grader prompt, the ``Answer: ```sh ...````
 extraction, and the swap check on (both orders must say equivalent)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from environments.equivalence_llm_judge.verifier import EquivalenceConfig, EquivalenceLLMJudge
+from environments.llm_equivalence.environment import EquivalenceConfig, EquivalenceJudgeEnvironment
 
 # NeMo-Gym's configs/nl2bash-equivalency.yaml judge_prompt_template (literal braces doubled for str.format).
 NL2BASH_PROMPT = """===== System role =====
@@ -84,7 +84,7 @@ class Nl2BashConfig(EquivalenceConfig):
     use_per_record_regex: bool = Field(False, description="nl2bash rows carry no output_regex.")
 
 
-class Nl2BashEquivalency(EquivalenceLLMJudge):
+class Nl2BashEquivalency(EquivalenceJudgeEnvironment):
     name = "nl2bash_equivalency"
     domain = "agent"
     summary = "Bash command vs gold command, judged functionally equivalent by an LLM in both orders"

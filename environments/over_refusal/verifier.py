@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from servers.environment import EnvConfig, Environment, Verdict
-from servers.judge import (JudgedConfig, JudgedEnvironment, final_answer, judge_prompt, label_verdict, last_user_text,
+from servers.judge import (JudgedConfig, JudgedEnvironment, final_answer, label_verdict, last_user_text,
                            regex_verdict, spaced)
 from servers.wire import ResponseObject, RowModel
 
@@ -109,11 +109,10 @@ class OverRefusalEnvironment(JudgedEnvironment, Environment):
         verdict = label_verdict({cfg.complied_label: True, cfg.refused_label: False}) \
             if cfg.prompt_format == "labels" else regex_verdict(_REFUSAL, {"no": True, "yes": False},
                                                                       also=(_REFUSAL_HEADING,))
-        prompt = judge_prompt(template, verdict, untrusted={"model_response": answer},
-                              trusted={"safe_prompt": safe_prompt,
-                                       "think_mode": "/think" if cfg.nemotron_reasoning else "/no_think"},
-                              system=cfg.judge_system_message, guard=cfg.response_guard)
-        reply = await self.judge("judge").ask(prompt.messages, prompt.read)
+        reply = await self.ask_judge(template, verdict, untrusted={"model_response": answer},
+                                     trusted={"safe_prompt": safe_prompt,
+                                              "think_mode": "/think" if cfg.nemotron_reasoning else "/no_think"},
+                                     system=cfg.judge_system_message)
         complied = bool(reply.verdict)
         return Verdict(cfg.reward_if_complied if complied else cfg.reward_if_refused,
                        extras={**extras, "complied": complied, "judge_response": reply.text[-2000:],

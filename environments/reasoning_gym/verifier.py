@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from environments.reasoning_gym.generate import generate_rows
 from environments.reasoning_gym.scoring import extract_answer, known_tasks, score_entry
 from servers.answer_text import strip_think
+from servers.config_loader import did_you_mean
 from servers.cpu_pool import CpuTimeout
 from servers.environment import DeadlineCostConfig, EnvConfig, Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
@@ -30,10 +31,8 @@ class RGMetadata(BaseModel):
     @classmethod
     def _registered(cls, task: str) -> str:
         if task not in known_tasks():
-            import difflib
-
-            close = difflib.get_close_matches(task, known_tasks(), n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            close = did_you_mean(task, known_tasks(), n=3, quote=False, capital=True)
+            hint = f" {close}" if close else ""
             raise ValueError(f"unknown reasoning-gym task {task!r}.{hint}")
         return task
 

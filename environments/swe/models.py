@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from pydantic import AliasChoices, Field, field_validator
 
-from environments.swe.instances import SweContainerConfig
-from environments.swe.patches import files_in_patch
+from environments.swe_grading.instances import SweContainerConfig
+from environments.swe_grading.logparse import json_test_list
+from environments.swe_grading.patches import files_in_patch
 from servers.wire import RowModel
-
-
-def json_test_list(value: Any) -> Any:
-    """A test list given as a JSON string (SWE-bench on the Hub stores them so) -> the list."""
-    if isinstance(value, str):
-        parsed = json.loads(value) if value.strip() else []
-        if not isinstance(parsed, list):
-            raise ValueError("must be a JSON list of test names")
-        return parsed
-    return value
 
 
 class SweRow(RowModel):

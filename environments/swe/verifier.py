@@ -22,11 +22,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from environments.swe import agent
-from environments.swe.grading import GradeInputs, grade_in_sandbox
-from environments.swe.images import ImageUnavailable, template_vars
-from environments.swe.instances import InstanceSandboxes
+from environments.swe_grading.grading import GradeInputs, grade_in_sandbox
+from environments.swe_grading.images import ImageUnavailable, template_vars
+from environments.swe_grading.instances import InstanceSandboxes
 from environments.swe.models import SweConfig, SweRow
-from environments.swe.patches import extract_patch, normalize_patch
+from environments.swe_grading.patches import extract_patch, normalize_patch
 from sandboxes import SandboxError, SandboxSpec
 from sandboxes.base import Sandbox
 from servers.environment import Environment, SessionError, ToolError, Verdict, tool

@@ -30,7 +30,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from environments.swe.patches import files_in_patch
+from environments.swe_grading.patches import files_in_patch
 from sandboxes import Limits, ResourceVerdict, Sandbox
 
 SHAM_COMMENT = "# verigym: behaviour unchanged"

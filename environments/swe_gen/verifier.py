@@ -34,11 +34,10 @@ from typing import Any, AsyncIterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from environments.swe.grading import GRADE_ENV, GradeInputs, apply_script, grade_in_sandbox
-from environments.swe.images import ImageUnavailable
-from environments.swe.instances import InstanceSandboxes, SweContainerConfig
-from environments.swe.logparse import PASSING
-from environments.swe.models import json_test_list
+from environments.swe_grading.grading import GRADE_ENV, GradeInputs, apply_script, grade_in_sandbox
+from environments.swe_grading.images import ImageUnavailable
+from environments.swe_grading.instances import InstanceSandboxes, SweContainerConfig
+from environments.swe_grading.logparse import PASSING, json_test_list
 from sandboxes import ResourceVerdict, SandboxError
 from sandboxes.base import Sandbox
 from servers.environment import Environment, Verdict

@@ -16,7 +16,7 @@ Usage in an environment (the response goes through the prompt layer, ``untrusted
 verdict-like text removed, the verdict read outside any echo of it)::
 
     from servers.environment import EnvConfig, Environment, Verdict
-    from servers.judge import JudgedConfig, JudgedEnvironment, judge_prompt, label_verdict
+    from servers.judge import JudgedConfig, JudgedEnvironment, final_answer, label_verdict
 
     class RubricConfig(JudgedConfig, EnvConfig):
         pass                                   # + your keys; config.yaml sets judges.judge.{base_url, model}
@@ -26,9 +26,9 @@ verdict-like text removed, the verdict read outside any echo of it)::
         judge_names = ("judge",)               # checked at server start
 
         async def verify(self, row, response, session):
-            prompt = judge_prompt("... {answer} ... [[YES]] or [[NO]]", label_verdict({"[[YES]]": True, "[[NO]]": False}),
-                                  untrusted={"answer": response.output_text}, guard=self.config.response_guard)
-            answer = await self.judge("judge").ask(prompt.messages, prompt.read)
+            answer = await self.ask_judge("... {answer} ... [[YES]] or [[NO]]",
+                                          label_verdict({"[[YES]]": True, "[[NO]]": False}),
+                                          untrusted={"answer": final_answer(response)})
             return Verdict(1.0 if answer.verdict else 0.0, extras={"judge_cached": answer.cached})
 
 ``parse`` returns the verdict or None ("no verdict in this reply": asked again up to

@@ -12,7 +12,6 @@ import hashlib
 import logging
 import random
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
@@ -21,6 +20,7 @@ import orjson
 from servers.judge.config import JudgeConfig
 from servers.judge.endpoint import CallFailed, CircuitBreaker, Endpoint
 from servers.judge.protocol import BadJudgeReply, Message, reply_text, request_body, request_path, strip_think
+from servers.lru import LRU
 from servers.metrics import JudgeMetrics, render_judge_metrics
 
 T = TypeVar("T")
@@ -48,32 +48,12 @@ class JudgeAnswer(Generic[T]):
     cached: bool  # answered from the cache or by an identical call already in flight
 
 
-class _LRU:
-    def __init__(self, size: int):
-        self.size = size
-        self.data: OrderedDict[str, str] = OrderedDict()
-
-    def get(self, key: str) -> str | None:
-        value = self.data.get(key)
-        if value is not None:
-            self.data.move_to_end(key)
-        return value
-
-    def put(self, key: str, value: str) -> None:
-        if self.size <= 0:
-            return
-        self.data[key] = value
-        self.data.move_to_end(key)
-        if len(self.data) > self.size:
-            self.data.popitem(last=False)
-
-
 class Judge:
     """One named judge. Use through :meth:`ask`."""
 
     def __init__(self, name: str, cfg: JudgeConfig, endpoint: Endpoint, metrics: JudgeMetrics):
         self.name, self.cfg, self.endpoint, self.metrics = name, cfg, endpoint, metrics
-        self.cache = _LRU(cfg.cache_size)
+        self.cache: LRU[str, str] = LRU(cfg.cache_size)
         self._in_flight: dict[str, asyncio.Future[str]] = {}
         key = cfg.api_key()
         self.headers: dict[str, str] = {"Authorization": f"Bearer {key}"} if key else {}

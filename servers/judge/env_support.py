@@ -1,5 +1,9 @@
 """What every judged environment shares: its judges' life cycle (open at setup, health,
-metrics, close). A mixin, so an environment stays one class with one config::
+metrics, close) and the one way to ask a judge about the policy's text (``ask_judge``: the
+prompt built by the prompt layer, untrusted.py, under the config's ``response_guard``; the
+verdict read by the format's parser; a judge that cannot answer raises :class:`JudgeError`, which
+the server turns into failure class ``judge_error``). A mixin, so an environment stays one class
+with one config::
 
     class RubricConfig(JudgedConfig, EnvConfig): ...
     class RubricEnv(JudgedEnvironment, Environment):   # mixin first: its setup/close/health win
@@ -9,11 +13,14 @@ metrics, close). A mixin, so an environment stays one class with one config::
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping, TypeVar
 
-from servers.judge.client import Judge, JudgeError, JudgeSet
+from servers.judge.client import Judge, JudgeAnswer, JudgeError, JudgeSet
 from servers.judge.protocol import Message, strip_think
+from servers.judge.untrusted import VerdictFormat, judge_prompt
 from servers.wire import ResponseObject
+
+T = TypeVar("T")
 
 
 def judge_messages(prompt: str, system: str | None = None) -> list[Message]:
@@ -67,6 +74,16 @@ class JudgedEnvironment:
         if self.judges is None:
             raise RuntimeError(f"environment {self.name!r}: judges are opened by setup(); call it first")
         return self.judges[name]
+
+    async def ask_judge(self, template: str, verdict: VerdictFormat[T], *, untrusted: Mapping[str, str],
+                        trusted: Mapping[str, str] | None = None, system: str | None = None,
+                        judge: str = "judge") -> JudgeAnswer[T]:
+        """Ask judge ``judge`` one question: ``template`` filled with the row's ``trusted`` values
+        and the policy's ``untrusted`` text (fenced and defused, see untrusted.py), ``verdict``'s
+        parser reading the reply."""
+        prompt = judge_prompt(template, verdict, untrusted=untrusted, trusted=trusted, system=system,
+                              guard=self.config.response_guard)
+        return await self.judge(judge).ask(prompt.messages, prompt.read)
 
     def metrics_text(self) -> str:
         return self.judges.metrics_text() if self.judges is not None else ""

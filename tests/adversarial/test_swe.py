@@ -25,7 +25,7 @@ from tests.envs.conftest import swe_tiny_image  # noqa: F401 - the fixture: podm
 
 pytestmark = pytest.mark.podman
 ROOT = Path(__file__).resolve().parents[2]
-REPO = ROOT / "environments/swe/images/tiny/repo"
+REPO = ROOT / "environments/swe_grading/images/tiny/repo"
 PYTEST_ROW, UNITTEST_ROW = [json.loads(line) for line in
                             (ROOT / "environments/swe/data/tiny_rows.jsonl").read_text().splitlines()]
 ROWS = {"pytest": PYTEST_ROW, "unittest": UNITTEST_ROW}

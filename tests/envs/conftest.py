@@ -45,5 +45,5 @@ def swe_tiny_image() -> str:
     skip_unless_root_podman("the SWE container tests")
     root = Path(__file__).resolve().parents[2]
     subprocess.run([str(root / "scripts/ci_podman.sh")], check=True, capture_output=True, timeout=60)
-    subprocess.run(["bash", str(root / "environments/swe/images/tiny/build.sh")], check=True, timeout=600)
+    subprocess.run(["bash", str(root / "environments/swe_grading/images/tiny/build.sh")], check=True, timeout=600)
     return "verigym-swe-tiny:latest"

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from environments.equivalence_llm_judge.equivalence import EquivalenceSettings, extract_last
+from environments.llm_equivalence.equivalence import EquivalenceSettings, extract_last
 from servers.client import EnvClientError
 from servers.scripted_judge import Rule, ScriptedJudge
 from servers.wire import response_from_text

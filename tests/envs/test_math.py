@@ -7,9 +7,9 @@ import signal
 
 import pytest
 
-from environments.math.extract import answer_line, extract_answer, is_incomplete, last_boxed, last_plain_number
-from environments.math.notation import inequality_to_interval, repeating_decimal, rewrite_pair, split_plain_unit
-from environments.math.scoring import (as_rational, fast_equivalence, library_score, normalize, parse_gold,
+from environments.math_grading.extract import answer_line, extract_answer, is_incomplete, last_boxed, last_plain_number
+from environments.math_grading.notation import inequality_to_interval, repeating_decimal, rewrite_pair, split_plain_unit
+from environments.math_grading.scoring import (as_rational, fast_equivalence, library_score, normalize, parse_gold,
                                        plain_math_verify, strip_math_delimiters)
 from servers import registry
 from servers.service import EnvService

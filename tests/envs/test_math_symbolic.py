@@ -1,4 +1,4 @@
-"""math's symbolic fast path (environments/math/symbolic.py): it decides only what math-verify
+"""math's symbolic fast path (environments/math_grading/symbolic.py): it decides only what math-verify
 decides the same way, refuses (None) the shapes latex2sympy reads its own way, and the verifier
 labels what it decided ``scored_by: symbolic``."""
 
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from environments.math.scoring import library_score
-from environments.math.symbolic import parse, symbolic_equivalence
+from environments.math_grading.scoring import library_score
+from environments.math_grading.symbolic import parse, symbolic_equivalence
 from servers import registry
 from servers.service import EnvService
 from servers.wire import response_from_text
@@ -101,7 +101,7 @@ def test_differential_against_math_verify():
     sympy rewrite of it: every pair the fast path decides, math-verify decides the same way."""
     import sympy
 
-    from environments.math.scoring import parse_prediction
+    from environments.math_grading.scoring import parse_prediction
 
     rng = random.Random(17)
     decided = 0

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from environments.swe.logparse import FAILED, PASSED, SKIPPED, XFAIL, parse_log, parse_pytest, parse_unittest, resolve
+from environments.swe_grading.logparse import FAILED, PASSED, SKIPPED, XFAIL, parse_log, parse_pytest, parse_unittest, resolve
 from environments.swe.models import SweConfig, SweRow
-from environments.swe.patches import extract_patch, files_in_patch
+from environments.swe_grading.patches import extract_patch, files_in_patch
 from environments.swe.verifier import command_for_tests
 from servers.wire import ResponseObject, response_from_text
 
@@ -118,8 +118,8 @@ def test_real_rows_image_names():
 
 
 def test_result_channel_rules():
-    from environments.swe.integrity import is_protected
-    from environments.swe.results import read_channel
+    from environments.swe_grading.integrity import is_protected
+    from environments.swe_grading.results import read_channel
 
     def lines(*records, nonce="n0"):
         return "\n".join(f"{nonce} {json.dumps(r)}" for r in records) + "\n"
@@ -153,7 +153,7 @@ def test_result_channel_rules():
 
 
 def test_protected_paths():
-    from environments.swe.integrity import is_protected
+    from environments.swe_grading.integrity import is_protected
     for path in ("conftest.py", "src/pkg/conftest.py", "tests/helpers.py", "pkg/tests/data/x.json", "test_x.py",
                  "pkg/x_test.py", "pytest.ini", "sub/tox.ini", "setup.cfg", "pyproject.toml", "a.pth",
                  "sitecustomize.py", "pkg/__pycache__/m.cpython-311.pyc", "x.egg-info/entry_points.txt",
@@ -166,7 +166,7 @@ def test_protected_paths():
 def test_shell_guard_agrees_with_the_python_rules():
     import subprocess
 
-    from environments.swe.integrity import guard_script, is_protected
+    from environments.swe_grading.integrity import guard_script, is_protected
     script = guard_script("/nonexistent", "/nonexistent", "HEAD").split("{ find")[0]  # the functions only
     paths = ["conftest.py", "a b/conftest.py", "tests/x.py", "pkg/mod.py", "x.egg-info/y", "p/__pycache__/m.pyc",
              "pkg/json.py", "json.py", "unittest/__init__.py", "lib/pytest.py", "README.md", "odd\tdir/conftest.py"]

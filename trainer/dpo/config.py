@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainer.config import (CheckpointingConfig, ConfigError, GenerationConfig, LoggerConfig, OptimizerConfig,
-                            _check_keys, apply_overrides, load_yaml_with_defaults)
+from servers.config_loader import ConfigError, apply_overrides, load_yaml_with_defaults
+from trainer.config import CheckpointingConfig, GenerationConfig, LoggerConfig, OptimizerConfig, _check_keys
 
 DPO_CONFIG_DIR = Path(__file__).parent / "configs"
 

@@ -27,7 +27,6 @@ Where the file is found: ``--env-file PATH``, else ``$VERIGYM_ENV_FILE``, else t
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 import tomllib
@@ -37,6 +36,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from servers.config_loader import did_you_mean
 from trainer.model_servers import ModelServerSetting
 
 ENV_FILE_VAR = "VERIGYM_ENV_FILE"
@@ -152,9 +152,7 @@ class EnvFile:
             raise self.broken[name]
         if name not in self.profiles:
             names = [*self.profiles, *self.broken]
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else \
-                f"profiles: {', '.join(names) or 'none'}"
+            hint = did_you_mean(name, names) or f"profiles: {', '.join(names) or 'none'}"
             raise ProfileError(f"{self.path}: no profile [{name}]; {hint}")
         return self.profiles[name]
 
@@ -189,9 +187,8 @@ def _resolve_extends(name: str, tables: dict[str, dict[str, Any]], path: Path, s
     if parent is None:
         return table
     if parent not in tables:
-        close = difflib.get_close_matches(str(parent), list(tables), n=1)
-        raise ProfileError(f"{path}: [{name}] extends unknown profile {parent!r}"
-                           + (f"; did you mean {close[0]!r}?" if close else ""))
+        close = did_you_mean(str(parent), tables)
+        raise ProfileError(f"{path}: [{name}] extends unknown profile {parent!r}" + (f"; {close}" if close else ""))
     return {**_resolve_extends(parent, tables, path, (*seen, name)), **table}
 
 
@@ -202,17 +199,15 @@ def _error(path: Path, section: str, exc: ValidationError, model: type[BaseModel
         key = loc[0] if loc else ""
         if e["type"] == "extra_forbidden" and loc[:1] == ["model_servers"] and len(loc) == 3:
             valid = list(ModelServerSetting.model_fields)
-            close = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
             lines.append(f"model_servers.{loc[1]}: unknown key {loc[-1]!r}: "
-                         + (f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"))
+                         + (did_you_mean(loc[-1], valid, cutoff=0.5) or f"valid keys: {', '.join(valid)}"))
         elif e["type"] == "extra_forbidden":
             if key in _NOT_SUPPORTED:
                 lines.append(f"{key!r} is not supported: {_NOT_SUPPORTED[key]}")
                 continue
             valid = [n for n in model.model_fields] + [f.alias for f in model.model_fields.values() if f.alias]
             valid += ["extends"] if section != "wandb" else []
-            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-            lines.append(f"unknown key {key!r}: " + (f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"))
+            lines.append(f"unknown key {key!r}: " + (did_you_mean(key, valid, cutoff=0.5) or f"valid keys: {', '.join(valid)}"))
         else:
             lines.append(f"{'.'.join(loc) or 'profile'}: {e['msg']}")
     return ProfileError(f"{path} [{section}]: " + "; ".join(lines))

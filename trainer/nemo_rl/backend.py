@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from trainer.config import ConfigError, apply_overrides, load_yaml_with_defaults, resolve_config_path
+from servers.config_loader import ConfigError, apply_overrides, load_yaml_with_defaults
+from trainer.config import resolve_config_path
 from trainer.model_servers import ModelServerError, ModelServerPlan, judge_uses, plan_model_servers
 from trainer.nemo_rl import arithmetic
 from trainer.nemo_rl.arithmetic import NodeRoles, get_path as _get, node_roles

@@ -13,13 +13,13 @@ them when it loads the file, so they are accepted for any type.
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from servers.config_loader import did_you_mean
 from trainer.recipe_names import renamed_key
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
@@ -185,10 +185,10 @@ def _is_gym_instance(item: Any) -> bool:
 def _unknown_hint(key: str, valid: list[str], section: str) -> str:
     # a near spelling here, and the exact key where it does live (written in the wrong section)
     elsewhere = sorted(p for p in _key_index().get(key, []) if p.rsplit(".", 1)[0] != section)[:3]
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    close = did_you_mean(key, valid, prefix=f"{section}." if section else "")
     if close:
         also = f" ({key!r} is a key of {', '.join(elsewhere)})" if elsewhere else ""
-        return f"unknown key; did you mean {(section + '.' if section else '') + close[0]!r}?{also}"
+        return f"unknown key; {close}{also}"
     if elsewhere:
         return f"unknown key in {section or 'the top level'}; {key!r} is a key of {', '.join(elsewhere)}"
     shown = ", ".join(sorted(valid)[:40]) + (" ..." if len(valid) > 40 else "")

@@ -1,5 +1,5 @@
 """Write example.jsonl: swerl_gen-shaped rows for swe's tiny offline instance
-(``verigym-swe-tiny:latest``, built by environments/swe/images/tiny/build.sh), and two
+(``verigym-swe-tiny:latest``, built by environments/swe_grading/images/tiny/build.sh), and two
 NeMo-Gym swerl_gen rows unchanged (``nemo_gym_rows.jsonl``, from NeMo-Gym's example data),
 with responses and expected outcomes.
 
@@ -7,7 +7,7 @@ with responses and expected outcomes.
 
 The tiny rows' scripts follow SWE-Gym's: setup_script restores the test file at the base
 commit and applies the test patch; test_script runs pytest -rA; regression_script restores
-the test file. Patches and the base commit come from swe's builder (real ``git diff``).
+the test file. Patches and the base commit come from environments/swe_grading/tiny_repo.py (real ``git diff``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from environments.swe.data.build_examples import ANCHOR, BUGGY, IMAGE, REPO, STATS, TEST_MEAN, TESTS, make_diff
+from environments.swe_grading.tiny_repo import ANCHOR, BUGGY, IMAGE, REPO, STATS, TEST_MEAN, TESTS, make_diff
 from servers.wire import response_from_text
 
 HERE = Path(__file__).resolve().parent

@@ -24,7 +24,7 @@ The limits are far above any answer of the math datasets (the largest gold in th
 math-verify seconds in trials on the development machine (tests/adversarial/test_math.py holds
 both sides: the attacks are refused, the hard real answers score). What the guard does not foresee
 still meets the deadline, where the CPU the worker spent decides whose fault it was
-(``verifier.score_final_answer``).
+(``final_answer.score_final_answer``).
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from environments.swe import integrity
-from environments.swe.logparse import Resolution, parse_log, resolve
-from environments.swe.results import read_channel
+from environments.swe_grading import integrity
+from environments.swe_grading.logparse import Resolution, parse_log, resolve
+from environments.swe_grading.results import read_channel
 from sandboxes import Limits, ResourceVerdict, Sandbox, SandboxError
 
 TESTPATCH_FAILED = 4

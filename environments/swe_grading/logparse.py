@@ -15,8 +15,10 @@ empty log (no test ran) never resolves.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 PASSED, FAILED, SKIPPED, ERROR, XFAIL = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"
 XPASS = "XPASS"
@@ -108,3 +110,13 @@ def resolve(statuses: dict[str, str], fail_to_pass: list[str], pass_to_pass: lis
             out.reason = (f"{len(bad_f2p)} FAIL_TO_PASS and {len(bad_p2p)} PASS_TO_PASS tests not passing: "
                           + ", ".join(f"{t}={f2p.get(t) or p2p.get(t)}" for t in (bad_f2p + bad_p2p)[:5]))
     return out
+
+
+def json_test_list(value: Any) -> Any:
+    """A test list given as a JSON string (SWE-bench on the Hub stores them so) -> the list."""
+    if isinstance(value, str):
+        parsed = json.loads(value) if value.strip() else []
+        if not isinstance(parsed, list):
+            raise ValueError("must be a JSON list of test names")
+        return parsed
+    return value

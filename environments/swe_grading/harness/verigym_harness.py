@@ -22,7 +22,7 @@ What it records, as ``<nonce> <json>`` lines appended to the channel while the r
 * ``end`` when the session ends normally (pytest ``pytest_sessionfinish``, unittest
   ``stopTestRun``). A run that never writes ``end`` is not trusted.
 
-The grader (``environments/swe/results.py``) reads the file after the test command ended.
+The grader (``environments/swe_grading/results.py``) reads the file after the test command ended.
 """
 
 import json

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from environments.swe.images import ContainerImages, ImageUnavailable, SifImages
+from environments.swe_grading.images import ContainerImages, ImageUnavailable, SifImages
 from sandboxes import SandboxSpec
 from sandboxes.base import Sandbox, SandboxError
 from sandboxes.env_support import SandboxedEnvironment, SandboxLimitsConfig
@@ -36,7 +36,7 @@ class SweContainerConfig(SandboxLimitsConfig, EnvConfig):
     registries: list[str] = Field(["docker.io"], description="Registries tried in order for references without one.")
     pull_missing_images: bool = Field(False, description="Pull a missing image at verify/seed time (else: sandbox_error; use `envs prepare`).")
     local_images: dict[str, str] = Field({"verigym-swe-tiny:latest": "images/tiny/build.sh"},
-                                         description="Images built from a local script (path relative to environments/swe/) instead of pulled.")
+                                         description="Images built from a local script (path relative to environments/swe_grading/) instead of pulled.")
     build_local_images: bool = Field(True, description="Build local_images on first use when missing.")
     min_free_disk_gb: float = Field(20.0, ge=0, description="Refuse to pull when the image store has less free disk.")
     pull_timeout_s: float = Field(1800.0, gt=0, description="Limit of one image pull.")
@@ -57,7 +57,7 @@ class SweContainerConfig(SandboxLimitsConfig, EnvConfig):
     protect_test_infrastructure: bool = Field(
         True, description="Put back test code, conftest.py, pytest/tox/setup.cfg/pyproject settings, sitecustomize/.pth, "
         "package metadata and bytecode the patch changed, and remove new modules that shadow the standard library or "
-        "the test tools (environments/swe/integrity.py). false = SWE-bench / NeMo-Gym parity.")
+        "the test tools (environments/swe_grading/integrity.py). false = SWE-bench / NeMo-Gym parity.")
     result_channel: Literal["harness", "log"] = Field(
         "harness", description="Where per-test statuses come from: harness = a result channel the test run's harness "
         "writes outside the repository (a printed or atexit-forged log is never read); log = the test log, as SWE-bench "

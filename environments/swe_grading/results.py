@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from environments.swe.logparse import ERROR, FAILED, PASSED, SKIPPED, XFAIL, XPASS
+from environments.swe_grading.logparse import ERROR, FAILED, PASSED, SKIPPED, XFAIL, XPASS
 
 _RANK = {PASSED: 0, XFAIL: 1, SKIPPED: 2, XPASS: 3, FAILED: 4, ERROR: 5}
 

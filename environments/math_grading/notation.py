@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from environments.math.scoring import strip_math_delimiters
+from environments.math_grading.scoring import strip_math_delimiters
 
 # ---- repeating decimals -----------------------------------------------------------------
 _REPEAT_MARKED = re.compile(
