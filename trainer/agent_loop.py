@@ -47,8 +47,9 @@ from servers.client import EnvClient, EnvClientError, SessionHandle
 from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass
 from trainer.generation import Generation, SamplingParams
 from trainer.policy import Policy
-from trainer.responses import (build_response, chat_tools, function_call_output_item, offers_tools, public_row,
-                               to_chat_messages, turn_items)
+from trainer.responses import (build_response, chat_tools, function_call_output_item, offers_tools, to_chat_messages,
+                               turn_items)
+from trainer.rollout.task import Task
 
 _PLACEHOLDER = "\x00VERIGYM_TURN\x00"
 PROMPT_TOO_LONG = "prompt_too_long"  # failure class of a first prompt with no room left for one new token
@@ -150,14 +151,14 @@ async def verify_rollout(client: EnvClient, env: str, row: dict[str, Any], respo
     return reply, retries
 
 
-async def run_episode(generator: Generator, client: EnvClient | None, env: str, row: dict[str, Any],
-                      params: SamplingParams, *, stateful: bool = False, max_steps: int = 8,
-                      context_limit: int | None = None, verify: bool = True, verify_retries: int = 0) -> Episode:
-    """One rollout of ``row`` (see the module docstring). ``client`` may be None only for an
+async def run_episode(generator: Generator, client: EnvClient | None, task: Task, params: SamplingParams, *,
+                      stateful: bool = False, max_steps: int = 8, context_limit: int | None = None,
+                      verify: bool = True, verify_retries: int = 0) -> Episode:
+    """One rollout of ``task`` (see the module docstring). ``client`` may be None only for an
     episode that needs no server before its verify step (no session, ``verify=False``)."""
     policy = generator.policy
-    row = public_row(row)  # the trainer's _verigym_* keys never reach a server
-    create_params = row.get("responses_create_params") or {}
+    env, row = task.env, task.row
+    create_params = task.create_params
     messages = to_chat_messages(create_params)
     tools = chat_tools(create_params.get("tools"))
     use_tools = offers_tools(create_params)

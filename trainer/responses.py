@@ -121,15 +121,6 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
     return "".join(kept), calls
 
 
-PRIVATE_PREFIX = "_verigym_"  # the trainer's own row keys (routing, ids, tags): never sent to a server
-
-
-def public_row(row: dict[str, Any]) -> dict[str, Any]:
-    """The row as the environment gets it: the trainer's ``_verigym_*`` keys left out (NeMo-Gym's
-    own ``_ng_*`` keys stay)."""
-    return {k: v for k, v in row.items() if not k.startswith(PRIVATE_PREFIX)}
-
-
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,8 @@ from typing import Any
 from trainer.blends import BlendError
 from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
 from trainer.data_prep import DataPrepError
+from trainer.env_catalog import installed
+from trainer.rollout.task import MANIFEST, Routes, Task, TaskError, make_tasks, read_rows, routes_of
 
 
 def add_parser(subparsers: Any) -> None:
@@ -46,40 +47,44 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def _load_data(cfg: MasterConfig, data_dir: str | None,
-               dry_run: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """Rows with ``_verigym_env`` set to the environment each routes to, and the envs needed.
+def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False) -> tuple[list[Task], list[Task], list[str]]:
+    """The train and validation tasks, routed by the routes data prep wrote (trainer.rollout.task),
+    and the environments they need.
 
     A dry run never prepares data (that may download the blend): it reads what is prepared, or
-    returns no rows and lets the plan say how to prepare them."""
-    def read(path: Path) -> list[dict[str, Any]]:
-        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-
-    route = None
+    returns no tasks and lets the plan say how to prepare them. Files given with
+    ``data.train_data_path`` use the manifest beside them when there is one, else the agent names
+    the installed environments declare (what data prep routes by)."""
     if cfg.data.train_data_path:
-        train, val = read(Path(cfg.data.train_data_path)), read(Path(cfg.data.validation_data_path or ""))
+        train_path = Path(cfg.data.train_data_path)
+        train, val = read_rows(train_path), read_rows(Path(cfg.data.validation_data_path or ""))
+        routes = routes_of(train_path.parent)
+        if routes is None:
+            named = all(isinstance(r.get("env"), str) and r["env"] for r in train + val)
+            routes = Routes() if named else Routes(installed().routes())  # rows naming their env need no catalog
     elif cfg.data.blend:
         from trainer.blends import load_blend
         from trainer.data_prep import prep_blend
 
-        blend = load_blend(cfg.data.blend)
+        load_blend(cfg.data.blend)  # an unknown blend is an error even when nothing is prepared yet
         out = Path(data_dir) if data_dir else Path("data") / Path(cfg.data.blend).stem
         if dry_run and not (out / "train.jsonl").is_file():
             return [], [], []
         if not dry_run:
             prep_blend(cfg.data.blend, out)
-        train, val = read(out / "train.jsonl"), read(out / "val.jsonl")
-        route = blend.env_for
+        train, val = read_rows(out / "train.jsonl"), read_rows(out / "val.jsonl")
+        routes = routes_of(out)
+        if routes is None:
+            raise ConfigError(f"{out} has no {MANIFEST}: prepare it with `driver data prep --blend {cfg.data.blend}`")
     else:
         raise ConfigError("set data.blend or data.train_data_path")
     if not train:
         raise ConfigError("no training rows")
-    for r in train + val:
-        env = (route(r) if route else None) or r.get("env") or (r.get("agent_ref") or {}).get("name")
-        if not env:
-            raise ConfigError(f"row does not name an environment: {str(r)[:200]}")
-        r["_verigym_env"] = env
-    return train, val, sorted({r["_verigym_env"] for r in train + val})
+    try:
+        train_tasks, val_tasks = make_tasks(train, routes), make_tasks(val, routes)
+    except TaskError as exc:
+        raise ConfigError(str(exc)) from None
+    return train_tasks, val_tasks, sorted({t.env for t in train_tasks + val_tasks})
 
 
 def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:

@@ -14,9 +14,11 @@ from trainer.grpo.episodes import rollout_samples
 from trainer.grpo.replay_buffer import Group, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.policy import resolve_device
+from trainer.rollout.task import Routes, make_tasks
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch on this machine")
 ROWS = [{"responses_create_params": {"input": [{"role": "user", "content": f"{a}+{a}="}]}} for a in range(3)]
+TASKS = make_tasks(ROWS, Routes(default_env="math"))
 
 
 def test_auto_is_cuda_exactly_when_torch_sees_a_gpu():
@@ -39,7 +41,7 @@ def _rollout_and_train(device: str) -> tuple[object, dict]:
     cfg = load_config("tiny", [f"policy.device={device}", "policy.generation.max_new_tokens=6",
                                "grpo.num_prompts_per_step=3", "grpo.num_generations_per_prompt=2"])
     policy = load_policy(cfg, 1)
-    samples = rollout_samples(policy, {}, [r for r in ROWS for _ in range(2)], None, cfg, sampling_params(cfg),
+    samples = rollout_samples(policy, {}, [t for t in TASKS for _ in range(2)], None, cfg, sampling_params(cfg),
                               policy.make_rng(0))
     for i, s in enumerate(samples):
         s.reward, s.env = float(i % 2), "math"
@@ -61,7 +63,7 @@ def test_the_policy_rolls_out_and_trains_on_the_gpu():
     policy, m = _rollout_and_train("cuda")
     assert policy.device.type == "cuda" and all(p.device.type == "cuda" for p in policy.model.parameters())
     assert m["train/global_valid_seqs"] == 6 and torch.isfinite(torch.tensor(m["train/loss"]))
-    s = rollout_samples(policy, {}, ROWS[:1], None, load_config("tiny", ["policy.device=cuda"]),
+    s = rollout_samples(policy, {}, TASKS[:1], None, load_config("tiny", ["policy.device=cuda"]),
                         sampling_params(load_config("tiny")), policy.make_rng(0))[0]
     lp, _ = forward_logprobs(policy.model, [s], 1.0, policy.tokenizer.pad_token_id)
     assert lp.device.type == "cuda"  # the loss's logprobs are computed on the device

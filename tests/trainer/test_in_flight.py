@@ -12,7 +12,7 @@ import torch
 
 from trainer.config import load_config
 from trainer.grpo.replay_buffer import Ticket
-from trainer.grpo.synthetic import arithmetic_rows
+from trainer.grpo.synthetic import arithmetic_tasks
 from trainer.grpo.train_step import forward_logprobs
 from trainer.grpo.weight_sync import SharedMemoryTransport
 from trainer.grpo.workers import GeneratorWorker, TrainerWorker
@@ -25,11 +25,11 @@ def test_weights_swap_mid_sequence_and_is_correction_uses_sampled_logprobs():
                                "policy.generation.temperature=1.0", "grpo.num_prompts_per_step=2",
                                "grpo.num_generations_per_prompt=4", "policy.optimizer.kwargs.lr=0.01"])
     data = cfg.model_dump(mode="json")
-    rows = arithmetic_rows(4, 0)
+    tasks = arithmetic_tasks(4, 0)
     transport = SharedMemoryTransport(uuid.uuid4().hex[:8])
     try:
         trainer = TrainerWorker(data, transport)
-        gen = GeneratorWorker(data, 0, rows, buffer=None, reward=None, transport=transport)
+        gen = GeneratorWorker(data, 0, tasks, buffer=None, reward=None, transport=transport)
         gen.receive_weights(0, trainer.publish_weights(0))
         gen._apply_pending(in_flight=False)
         v0_state = {k: v.clone() for k, v in gen.policy.model.state_dict().items()}
@@ -59,7 +59,7 @@ def test_weights_swap_mid_sequence_and_is_correction_uses_sampled_logprobs():
             assert s.versions == [0] * min(n, SWAP_AT) + [1] * max(0, n - SWAP_AT)
 
         # logprobs as sampled: the old policy's before the swap, not the old policy's after it
-        old = GeneratorWorker(data, 1, rows, buffer=None, reward=None, transport=transport).policy
+        old = GeneratorWorker(data, 1, tasks, buffer=None, reward=None, transport=transport).policy
         old.model.load_state_dict(v0_state)
         with torch.no_grad():
             lp_v0, _ = forward_logprobs(old.model, long, cfg.policy.generation.temperature, old.tokenizer.pad_token_id)

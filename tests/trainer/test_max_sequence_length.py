@@ -15,17 +15,19 @@ def test_prompt_plus_response_fits_max_total_sequence_length_and_long_prompts_fa
     from trainer.grpo.decode import load_policy, prompt_ids_for, sampling_params
     from trainer.grpo.episodes import rollout_samples
     from trainer.grpo.reward_worker import RewardWorker
+    from trainer.rollout.task import Routes, make_tasks
 
     cfg = load_config("tiny", ["policy.max_total_sequence_length=40", "policy.generation.max_new_tokens=12",
                                "grpo.num_prompts_per_step=3", "grpo.num_generations_per_prompt=2"])
     policy = load_policy(cfg, 1)
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": text}]}}
             for text in ("1+2=", "x" * 10, "y" * 60)]
+    tasks = make_tasks(rows, Routes(default_env="math"))
     prompts = [prompt_ids_for(policy, r) for r in rows]
     short, tight, long_ = (len(p) for p in prompts)
     assert short + 12 <= 40 < tight + 12 and tight < 40 <= long_  # full budget, capped budget, no room
     # the one rollout function, as the generators run it (no servers: one-turn episodes stop before verify)
-    samples = rollout_samples(policy, {}, [r for r in rows for _ in range(2)], None, cfg, sampling_params(cfg),
+    samples = rollout_samples(policy, {}, [t for t in tasks for _ in range(2)], None, cfg, sampling_params(cfg),
                               torch.Generator().manual_seed(0))
     for s in samples[:4]:
         assert s.failure is None and len(s.prompt_ids) + len(s.gen_ids) <= 40 and s.gen_ids
@@ -35,9 +37,8 @@ def test_prompt_plus_response_fits_max_total_sequence_length_and_long_prompts_fa
         assert s.failure == PROMPT_TOO_LONG and s.gen_ids == [] and len(s.prompt_ids) == 39 and s.scored
 
     # the reward worker does not send it to a server (there is none here) and counts its class
-    reward = RewardWorker(cfg.model_dump(mode="json"), {}, None, {})
-    row = {**rows[2], "_verigym_env": "math"}
-    asyncio.run(reward.score_samples(samples[4:], [row, row]))
+    reward = RewardWorker(cfg.model_dump(mode="json"), {}, None, tasks)
+    asyncio.run(reward.score_samples(samples[4:], [tasks[2], tasks[2]]))
     assert reward.get_stats()["failures_by_class"] == {PROMPT_TOO_LONG: 2}
     assert all(s.env == "math" and s.failure == PROMPT_TOO_LONG for s in samples[4:])
 

@@ -8,7 +8,7 @@ import torch
 
 from trainer.config import load_config
 from trainer.grpo.replay_buffer import Ticket
-from trainer.grpo.synthetic import arithmetic_rows
+from trainer.grpo.synthetic import arithmetic_tasks
 from trainer.grpo.train_step import grpo_train_step
 from trainer.grpo.weight_sync import SharedMemoryTransport
 from trainer.grpo.workers import GeneratorWorker, TrainerWorker
@@ -21,7 +21,7 @@ def _setup(beta):
     data = cfg.model_dump(mode="json")
     transport = SharedMemoryTransport(uuid.uuid4().hex[:8])
     trainer = TrainerWorker(data, transport)
-    gen = GeneratorWorker(data, 0, arithmetic_rows(4, 0), buffer=None, reward=None, transport=transport)
+    gen = GeneratorWorker(data, 0, arithmetic_tasks(4, 0), buffer=None, reward=None, transport=transport)
     gen.receive_weights(0, trainer.publish_weights(0))
     gen._apply_pending(in_flight=False)
     groups = gen.generate([Ticket(slot=i, prompt_index=i, seed=10 + i) for i in range(2)])

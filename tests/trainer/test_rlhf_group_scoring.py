@@ -16,6 +16,7 @@ from trainer.config import load_config
 from trainer.grpo.replay_buffer import Sample
 from trainer.agent_loop import PROMPT_TOO_LONG
 from trainer.grpo.reward_worker import RewardWorker
+from trainer.rollout.task import Routes, make_task
 
 QUALITY = re.compile(r"Q=(\d)")
 
@@ -54,12 +55,16 @@ async def fleet(workers):
 def worker(fleet, *overrides: str) -> RewardWorker:
     _, urls, made = fleet
     cfg = load_config("tiny_rlhf", ["env.failed_rollout_retries=0", *overrides])
-    made.append(RewardWorker(cfg.model_dump(mode="json"), urls, buffer=None, route_map={"genrm_simple_agent": "genrm"}))
+    made.append(RewardWorker(cfg.model_dump(mode="json"), urls, buffer=None, tasks=[ROW, MCQA]))
     return made[-1]
 
 
-ROW = {"responses_create_params": {"input": [{"role": "user", "content": "Say something good."}]},
-       "agent_ref": {"type": "responses_api_agents", "name": "genrm_simple_agent"}, "_verigym_env": "genrm"}
+ROUTES = Routes({"genrm_simple_agent": "genrm"})
+ROW = make_task({"responses_create_params": {"input": [{"role": "user", "content": "Say something good."}]},
+                 "agent_ref": {"type": "responses_api_agents", "name": "genrm_simple_agent"}}, 0, ROUTES)
+MCQA = make_task({"responses_create_params": {"input": [{"role": "user", "content": "Pick: A) 1 B) 2"}]},
+                  "options": [{"A": "1"}, {"B": "2"}], "expected_answer": "B",
+                  "agent_ref": {"type": "responses_api_agents", "name": "mcqa"}}, 1, ROUTES)
 
 
 def samples(*texts: str) -> list[Sample]:
@@ -105,12 +110,9 @@ async def test_genrm_failures_are_masked_and_counted_and_a_lone_sample_is_not_co
 async def test_other_environments_keep_per_sample_verify_and_validation_groups_rows(fleet):
     judge = fleet[0]
     w = worker(fleet)
-    mcqa = {"responses_create_params": {"input": [{"role": "user", "content": "Pick: A) 1 B) 2"}]},
-            "options": [{"A": "1"}, {"B": "2"}], "expected_answer": "B", "_verigym_env": "mcqa"}
     group = samples("The answer is \\boxed{B}", "\\boxed{A}")
-    await w._score_group(mcqa, group, group_id=0)
+    await w._score_group(MCQA, group, group_id=0)
     assert [s.reward for s in group] == [1.0, 0.0] and judge.answered == 0
     val = samples("Q=1 x", "Q=3 y", "\\boxed{B}")
-    other_row = dict(ROW)  # an equal copy of the same row still groups with it
-    await w.score_samples(val, [ROW, other_row, mcqa])
+    await w.score_samples(val, [ROW, ROW, MCQA])  # consecutive samples of one task go together
     assert [s.reward for s in val] == [1.0, 3.0, 1.0] and judge.answered == 2

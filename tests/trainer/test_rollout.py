@@ -14,7 +14,8 @@ from trainer.cli import main
 from trainer.fleet import Fleet
 from trainer.generation import BatchedGenerator, SamplingParams
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig
-from trainer.rollout import RolloutSettings, collect, failures_path, read_rollouts
+from trainer.rollout.collect import RolloutSettings, collect, failures_path, read_rollouts
+from trainer.rollout.task import Routes, make_task, make_tasks
 
 pytestmark = pytest.mark.train
 # One intra-op thread: on a shared 2-core machine, oversubscribed BLAS threads make tiny
@@ -45,8 +46,8 @@ def answer_rows(n: int) -> list[dict]:
             for i in range(n)]
 
 
-def route(row: dict) -> str:
-    return row["agent_ref"]["name"]
+def answer_tasks(n: int) -> list:
+    return make_tasks(answer_rows(n), Routes())
 
 
 def overfit(policy: Policy, sequence: list[int], trainable_from: int, steps: int = 150) -> None:
@@ -82,8 +83,8 @@ async def test_multi_turn_tool_episode_keeps_tokens_contiguous(fleet):
     overfit(policy, full, len(prompt_ids))
 
     async with EnvClient(fleet.urls) as client, BatchedGenerator(policy) as gen:
-        episode = await run_episode(gen, client, "counter", row, SamplingParams(temperature=0, max_new_tokens=100),
-                                    stateful=True, max_steps=4)
+        episode = await run_episode(gen, client, make_task(row, 0, Routes()),
+                                    SamplingParams(temperature=0, max_new_tokens=100), stateful=True, max_steps=4)
     out = episode.reply["response"]["output"]
     assert [i["type"] for i in out] == ["function_call", "function_call_output", "message"], out
     assert json.loads(out[1]["output"]) == {"count": 3}
@@ -100,11 +101,11 @@ async def test_multi_turn_tool_episode_keeps_tokens_contiguous(fleet):
 
 async def test_collect_resume_and_summary(fleet, tmp_path):
     policy = Policy.load(PolicyConfig(tiny=SMALL))
-    rows = answer_rows(6)
+    tasks = answer_tasks(6)
     out = tmp_path / "r.jsonl"
     settings = RolloutSettings(num_generations=3, sampling=SamplingParams(max_new_tokens=8))
     async with EnvClient(fleet.urls) as client, BatchedGenerator(policy, max_batch=8) as gen:
-        s1 = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+        s1 = await collect(tasks, client=client, generator=gen, stateful={}, settings=settings,
                            output=out, progress=False)
         assert s1["this_run"]["rollouts"] == 18 and s1["scored"] == 18 and s1["failed"] == 0
         done = read_rollouts(out)
@@ -115,12 +116,12 @@ async def test_collect_resume_and_summary(fleet, tmp_path):
             assert len(item["generation_token_ids"]) == len(item["generation_log_probs"]) > 0
             assert r["reward"] in (0.0, 1.0) and r["agent_ref"]["name"] == "answer_match"
         # Rerun: nothing to do. Then drop two lines and tear the last one: exactly those are redone.
-        s2 = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+        s2 = await collect(tasks, client=client, generator=gen, stateful={}, settings=settings,
                            output=out, progress=False)
         assert s2["this_run"]["rollouts"] == 0 and s2["this_run"]["skipped_already_done"] == 18
         lines = out.read_text().splitlines()
         out.write_text("\n".join(lines[:15]) + "\n" + lines[15][:40])
-        s3 = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+        s3 = await collect(tasks, client=client, generator=gen, stateful={}, settings=settings,
                            output=out, progress=False)
         assert s3["this_run"]["rollouts"] == 3 and s3["scored"] == 18
     rewards = [r["reward"] for r in read_rollouts(out)]
@@ -129,7 +130,7 @@ async def test_collect_resume_and_summary(fleet, tmp_path):
 
 async def test_dead_server_mid_run_is_counted_and_retried_on_resume(tmp_path):
     policy = Policy.load(PolicyConfig(tiny=SMALL))
-    rows = answer_rows(8)
+    tasks = answer_tasks(8)
     out = tmp_path / "r.jsonl"
     settings = RolloutSettings(num_generations=2, sampling=SamplingParams(max_new_tokens=6), concurrency=4)
     with Fleet(["answer_match"]) as first:
@@ -143,7 +144,7 @@ async def test_dead_server_mid_run_is_counted_and_retried_on_resume(tmp_path):
         async with EnvClient(first.urls, retries=1, backoff_s=0.01) as client:
             gen = BatchedGenerator(policy, max_batch=4, on_step=kill_after_two_batches)
             async with gen:
-                s = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+                s = await collect(tasks, client=client, generator=gen, stateful={}, settings=settings,
                                   output=out, progress=False)
     assert killed
     assert s["this_run"]["rollouts"] == 16 and s["scored"] + s["failed"] == 16
@@ -152,7 +153,7 @@ async def test_dead_server_mid_run_is_counted_and_retried_on_resume(tmp_path):
     # A fresh server: the failed rollouts are retried, finished ones are not.
     with Fleet(["answer_match"]) as second:
         async with EnvClient(second.urls) as client, BatchedGenerator(policy, max_batch=8) as gen:
-            s2 = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+            s2 = await collect(tasks, client=client, generator=gen, stateful={}, settings=settings,
                                output=out, progress=False)
     assert s2["this_run"]["rollouts"] == s["failed"] and s2["scored"] == 16 and s2["failed"] == 0
 

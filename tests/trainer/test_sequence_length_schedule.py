@@ -23,6 +23,7 @@ def test_rollouts_follow_the_limit_of_the_step_they_train_at():
     from trainer.agent_loop import PROMPT_TOO_LONG
     from trainer.grpo.decode import load_policy, prompt_ids_for, sampling_params
     from trainer.grpo.episodes import rollout_samples
+    from trainer.rollout.task import Routes, make_tasks
 
     cfg = load_config("tiny", ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=12",
                                "policy.max_total_sequence_length_schedule={0: 40, 5: 128}"])
@@ -31,8 +32,9 @@ def test_rollouts_follow_the_limit_of_the_step_they_train_at():
     prompts = [prompt_ids_for(policy, r) for r in rows]
     tight, long_ = (len(p) for p in prompts)
     assert tight < 40 < tight + 12 and 40 <= long_ < 116
-    early = rollout_samples(policy, {}, rows, None, cfg, sampling_params(cfg), torch.Generator().manual_seed(0), step=0)
-    late = rollout_samples(policy, {}, rows, None, cfg, sampling_params(cfg), torch.Generator().manual_seed(0), step=7)
+    tasks = make_tasks(rows, Routes(default_env="math"))
+    early = rollout_samples(policy, {}, tasks, None, cfg, sampling_params(cfg), torch.Generator().manual_seed(0), step=0)
+    late = rollout_samples(policy, {}, tasks, None, cfg, sampling_params(cfg), torch.Generator().manual_seed(0), step=7)
     assert len(early[0].gen_ids) <= 40 - tight and (len(early[0].gen_ids) == 40 - tight or not early[0].truncated)
     assert early[1].failure == PROMPT_TOO_LONG and len(early[0].prompt_ids) + len(early[0].gen_ids) <= 40
     assert late[1].failure is None and late[1].gen_ids

@@ -17,6 +17,7 @@ from trainer.grpo.loss import LossInputs, clipped_pg_loss
 from trainer.grpo.replay_buffer import Group, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.logprobs import forward_logprobs
+from trainer.rollout.task import Routes, make_tasks
 
 K = 4
 ROWS = [{"responses_create_params": {"input": [{"role": "user", "content": f"{a} + {a} ="}]}} for a in range(4)]
@@ -28,7 +29,8 @@ def _setup(overrides=()):
     cfg = load_config("tiny", ["policy.generation.max_new_tokens=5", "grpo.num_prompts_per_step=4",
                                f"grpo.num_generations_per_prompt={K}", "policy.train_micro_batch_size=3", *overrides])
     policy = load_policy(cfg, 1)
-    samples = rollout_samples(policy, {}, [r for r in ROWS for _ in range(K)], None, cfg, sampling_params(cfg),
+    tasks = make_tasks(ROWS, Routes(default_env="math"))
+    samples = rollout_samples(policy, {}, [t for t in tasks for _ in range(K)], None, cfg, sampling_params(cfg),
                               policy.make_rng(0))
     for s, r in zip(samples, REWARDS):
         s.reward, s.env = float(r), "math"

@@ -17,6 +17,7 @@ from trainer.grpo.replay_buffer import ReplayBuffer
 from trainer.grpo.weight_sync import WeightTransport
 from trainer.grpo.reward_worker import RewardWorker
 from trainer.grpo.workers import GeneratorWorker, TrainerWorker
+from trainer.rollout.task import Task
 
 
 def init_ray(cfg: MasterConfig) -> bool:
@@ -54,22 +55,21 @@ class Components:
     generators: list[Any]
 
 
-def launch(cfg: MasterConfig, train_rows: list[dict[str, Any]], urls: dict[str, Any], route_map: dict[str, str],
-           transport: WeightTransport) -> Components:
+def launch(cfg: MasterConfig, train: list[Task], urls: dict[str, Any], transport: WeightTransport) -> Components:
     data = cfg.model_dump(mode="json")
     spread = {"scheduling_strategy": "SPREAD"} if cfg.cluster.ray_address else {}
     # Fractional CPUs: on a small machine all actors share the cores; the torch threads decide real use.
     buffer = ray.remote(num_cpus=0.01, max_concurrency=16)(ReplayBuffer).remote(
-        [str(r.get("_verigym_id", i)) for i, r in enumerate(train_rows)], cfg.grpo.num_prompts_per_step,
+        [t.id for t in train], cfg.grpo.num_prompts_per_step,
         cfg.max_age, cfg.grpo.max_num_steps, seed=cfg.grpo.seed, shuffle=cfg.data.shuffle,
         max_num_epochs=cfg.grpo.max_num_epochs)
-    reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(data, urls, buffer, route_map)
+    tasks = ray.put(train)  # once into the object store: actors hold them, groups name theirs by index
+    reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(data, urls, buffer, tasks)
     gpu = gpu_share(cfg)
     placed = lambda res: {"resources": dict(res), **gpu} if res else {**spread, **gpu}  # noqa: E731 (custom resources pin the node)
     trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources))(TrainerWorker).remote(data, transport, urls)
-    rows_ref = ray.put(train_rows)
     generators = [ray.remote(num_cpus=1, max_concurrency=4, **placed(cfg.cluster.generator_resources))(GeneratorWorker).remote(
-        data, i, rows_ref, buffer, reward, transport, urls) for i in range(cfg.cluster.num_generation_workers)]
+        data, i, tasks, buffer, reward, transport, urls) for i in range(cfg.cluster.num_generation_workers)]
     return Components(buffer, reward, trainer, generators)
 
 

@@ -21,6 +21,7 @@ from trainer.grpo.interrupt import NO_STOP, StopRequest, as_run_interrupted
 from trainer.grpo.metrics import MetricsLogger, read_jsonl
 from trainer.grpo.versions import check_versions
 from trainer.grpo.weight_sync import make_transport
+from trainer.rollout.task import Task
 
 
 @dataclass
@@ -34,7 +35,7 @@ class RunResult:
     weights_digest: float = 0.0
 
 
-def _warm_start(cfg: MasterConfig, comps: actors.Components, train_rows: list[dict[str, Any]], to: float) -> dict[str, Any]:
+def _warm_start(cfg: MasterConfig, comps: actors.Components, train_rows: list[Task], to: float) -> dict[str, Any]:
     """The warm start on the trainer actor, a few seconds per call: a progress bar with its loss and
     exact-match accuracy, Ctrl-C within seconds, and every call bounded by the control timeout
     however many steps the warm start takes."""
@@ -74,15 +75,15 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
     return tqdm(total=total, initial=initial, desc="GRPO", unit="step", disable=not enabled, dynamic_ncols=True)
 
 
-def validate(cfg: MasterConfig, comps: actors.Components, val_rows: list[dict[str, Any]]) -> dict[str, float]:
+def validate(cfg: MasterConfig, comps: actors.Components, val_rows: list[Task]) -> dict[str, float]:
     if not val_rows:
         return {}
     t0 = time.perf_counter()
     k = cfg.grpo.val_num_generations_per_prompt
     to = cfg.cluster.control_timeout_s
     samples = actors.get(comps.trainer.generate_validation.remote(val_rows, k), to, "trainer.generate_validation")
-    rows = [r for r in val_rows for _ in range(k)]
-    samples = actors.get(comps.reward.score_samples.remote(samples, rows), to, "reward.score_samples")
+    tasks = [t for t in val_rows for _ in range(k)]
+    samples = actors.get(comps.reward.score_samples.remote(samples, tasks), to, "reward.score_samples")
     ok = [s for s in samples if s.failure is None]
     out = {"validation/reward": sum(s.reward for s in ok) / max(len(ok), 1),
            "validation/failed_frac": 1 - len(ok) / max(len(samples), 1),
@@ -102,9 +103,8 @@ class _Progress:
     last_checkpoint: int | None = None
 
 
-def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list[dict[str, Any]],
-             urls: dict[str, Any], route_map: dict[str, str] | None = None, *, resume: bool = True,
-             stop: StopRequest | None = None) -> RunResult:
+def run_grpo(cfg: MasterConfig, train_rows: list[Task], val_rows: list[Task], urls: dict[str, Any], *,
+             resume: bool = True, stop: StopRequest | None = None) -> RunResult:
     """Train; with ``stop`` (installed signal handlers) a SIGINT/SIGTERM ends the run with
     :class:`RunInterrupted` after a final checkpoint (when the state allows one) and full cleanup."""
     stop = stop or NO_STOP
@@ -114,8 +114,6 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
     (log_dir / "config.yaml").write_text(to_yaml(cfg))
     ckpt_root = Path(cfg.checkpointing.checkpoint_dir or log_dir / "checkpoints")
     val_rows = val_rows[: cfg.grpo.max_val_samples] if cfg.grpo.max_val_samples else val_rows
-    for i, r in enumerate(train_rows):
-        r.setdefault("_verigym_id", str(r.get("_ng_task_index", i)))
     import ray
 
     ray_was_up = ray.is_initialized()
@@ -131,7 +129,7 @@ def run_grpo(cfg: MasterConfig, train_rows: list[dict[str, Any]], val_rows: list
     try:
         actors.init_ray(cfg)
         stop.reinstall()
-        comps = actors.launch(cfg, train_rows, urls, route_map or {}, transport)
+        comps = actors.launch(cfg, train_rows, urls, transport)
         too_long = {split: actors.get(comps.trainer.prompts_too_long.remote(rows), to, "trainer.prompts_too_long")
                     for split, rows in (("train", train_rows), ("validation", val_rows))}
         if any(too_long.values()):

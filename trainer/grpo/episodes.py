@@ -24,14 +24,7 @@ import asyncio
 from typing import Any, Callable
 
 from trainer.grpo.replay_buffer import Sample
-
-
-def row_env(row: dict[str, Any], route_map: dict[str, str] | None = None) -> str:
-    """The environment a prepared row routes to (``driver run`` sets ``_verigym_env`` once)."""
-    if row.get("_verigym_env"):
-        return row["_verigym_env"]
-    name = (row.get("agent_ref") or {}).get("name", "")
-    return (route_map or {}).get(name, name)
+from trainer.rollout.task import Task
 
 
 class SessionRouter:
@@ -54,9 +47,6 @@ class SessionRouter:
                 return False  # unreachable now: ask again next time; its rollouts fail with a class meanwhile
             self._stateful[env] = bool(info.get("stateful"))
         return self._stateful[env]
-
-    def needs_session(self, row: dict[str, Any]) -> bool:
-        return self.stateful(row_env(row))
 
 
 class LockstepGenerator:
@@ -137,7 +127,7 @@ def episode_sample(episode: Any, env: str, max_total_sequence_length: int) -> Sa
                   response=None if episode.verified else episode.response, verify_retries=episode.verify_retries)
 
 
-async def _rollouts(policy: Any, urls: dict[str, Any], jobs: list[tuple[dict[str, Any], bool]], params: Any, *,
+async def _rollouts(policy: Any, urls: dict[str, Any], jobs: list[tuple[Task, bool]], params: Any, *,
                     max_turns: int, context_limit: int, total_limit: int, rng: Any, hook: Any, timeout_s: float,
                     max_concurrency: int, retries: int, max_batch: int) -> list[Sample]:
     from servers.client import EnvClient
@@ -147,9 +137,9 @@ async def _rollouts(policy: Any, urls: dict[str, Any], jobs: list[tuple[dict[str
     batcher = LockstepGenerator(policy, lambda p, s: decode_batch(policy, p, s, rng=rng, on_step=hook), len(jobs),
                                 max_batch)
 
-    async def one(i: int, row: dict[str, Any], stateful: bool, client: Any) -> Any:
+    async def one(i: int, task: Task, stateful: bool, client: Any) -> Any:
         try:
-            return await run_episode(batcher.for_episode(i), client, row_env(row), row, params, stateful=stateful,
+            return await run_episode(batcher.for_episode(i), client, task, params, stateful=stateful,
                                      max_steps=max_turns, context_limit=context_limit,
                                      verify=False, verify_retries=retries)
         finally:
@@ -158,22 +148,22 @@ async def _rollouts(policy: Any, urls: dict[str, Any], jobs: list[tuple[dict[str
     if any(stateful for _, stateful in jobs):
         async with EnvClient(urls, max_concurrency_per_server=max_concurrency, timeout_s=timeout_s, retries=1,
                              backoff_s=0.1, max_backoff_s=0.5) as client:
-            episodes = await asyncio.gather(*(one(i, row, st, client) for i, (row, st) in enumerate(jobs)))
+            episodes = await asyncio.gather(*(one(i, task, st, client) for i, (task, st) in enumerate(jobs)))
     else:  # one-turn episodes only: no server is called before the reward actor's verify step
-        episodes = await asyncio.gather(*(one(i, row, False, None) for i, (row, _) in enumerate(jobs)))
-    return [episode_sample(e, row_env(row), total_limit) for e, (row, _) in zip(episodes, jobs)]
+        episodes = await asyncio.gather(*(one(i, task, False, None) for i, (task, _) in enumerate(jobs)))
+    return [episode_sample(e, task.env, total_limit) for e, (task, _) in zip(episodes, jobs)]
 
 
-def rollout_samples(policy: Any, urls: dict[str, Any], rows: list[dict[str, Any]], router: SessionRouter | None,
+def rollout_samples(policy: Any, urls: dict[str, Any], tasks: list[Task], router: SessionRouter | None,
                     cfg: Any, params: Any, rng: Any, *, hook: Any = None, step: int | None = None,
                     max_batch: int | None = None) -> list[Sample]:
-    """One sample per row (repeat a row for K samples), from a synchronous caller. ``step`` (the
+    """One sample per task (repeat a task for K samples), from a synchronous caller. ``step`` (the
     step these rollouts train at) picks the context limit from
     ``policy.max_total_sequence_length_schedule``; ``rng`` drives sampling."""
     p = cfg.policy
     limit = p.max_total_sequence_length if step is None else p.max_sequence_length_at(step)
-    jobs = [(row, bool(router and router.stateful(row_env(row)))) for row in rows]
+    jobs = [(task, bool(router and router.stateful(task.env))) for task in tasks]
     return asyncio.run(_rollouts(policy, urls, jobs, params, max_turns=cfg.grpo.max_rollout_turns, context_limit=limit,
                                  total_limit=p.max_total_sequence_length, rng=rng, hook=hook,
                                  timeout_s=cfg.env.verify_timeout_s, max_concurrency=cfg.env.max_concurrency_per_server,
-                                 retries=cfg.env.failed_rollout_retries, max_batch=max_batch or len(rows) or 1))
+                                 retries=cfg.env.failed_rollout_retries, max_batch=max_batch or len(tasks) or 1))

@@ -22,16 +22,17 @@ from trainer.config import MasterConfig
 from trainer.grpo.decode import to_response
 from trainer.grpo.effort import apply_effort_shaping
 from trainer.grpo.replay_buffer import Group, Sample
+from trainer.rollout.task import Task
 
 
 class RewardWorker:
     """Async actor: many groups are scored concurrently while generators keep decoding."""
 
-    def __init__(self, cfg_data: dict[str, Any], urls: dict[str, Any], buffer: Any, route_map: dict[str, str]):
+    def __init__(self, cfg_data: dict[str, Any], urls: dict[str, Any], buffer: Any, tasks: list[Task]):
         from servers.client import EnvClient
 
         self.cfg = MasterConfig.model_validate(cfg_data)
-        self.buffer, self.route_map = buffer, route_map
+        self.buffer, self.tasks = buffer, tasks  # the train tasks: a group names its own by index
         e = self.cfg.env
         self.client = EnvClient(urls, max_concurrency_per_server=e.max_concurrency_per_server, timeout_s=e.verify_timeout_s,
                                 retries=1, backoff_s=0.1, max_backoff_s=0.5)
@@ -40,31 +41,22 @@ class RewardWorker:
         self._policy_name = self.cfg.policy.model_name
         self._group_envs: dict[str, bool] = {}  # env -> serves POST /compare (from its /info)
 
-    def env_of(self, row: dict[str, Any]) -> str:
-        if row.get("_verigym_env"):
-            return row["_verigym_env"]
-        if row.get("env"):
-            return row["env"]
-        name = (row.get("agent_ref") or {}).get("name", "")
-        return self.route_map.get(name, name)
-
     def _response(self, s: Sample, row: dict[str, Any]) -> dict[str, Any]:
         """The episode's response; a sample built from text alone (a test, a rollouts file) gets one."""
         return s.response if s.response is not None else to_response(_NameOnly(self._policy_name), s, row)
 
-    async def _score(self, row: dict[str, Any], s: Sample) -> None:
+    async def _score(self, task: Task, s: Sample, row: dict[str, Any] | None = None) -> None:
         from servers.wire import FAILURE_CLASS_KEY
         from trainer.agent_loop import verify_rollout
-        from trainer.responses import public_row
 
-        env = self.env_of(row)
+        env, row = task.env, task.row if row is None else row
         s.env = env
         if s.failure == PROMPT_TOO_LONG or s.scored:  # never generated, or a session rollout verified already
             self.stats["retried"] += s.verify_retries
             if s.failure:
                 self._count_failure(s.failure)
             return
-        reply, retried = await verify_rollout(self.client, env, public_row(row), self._response(s, row),
+        reply, retried = await verify_rollout(self.client, env, row, self._response(s, row),
                                               retries=self.cfg.env.failed_rollout_retries)
         self.stats["retried"] += retried
         failure = reply.get(FAILURE_CLASS_KEY)
@@ -83,11 +75,11 @@ class RewardWorker:
             self._group_envs[env] = status == 200 and "compare" in (info.get("endpoints") or {})
         return self._group_envs[env]
 
-    async def _compare(self, row: dict[str, Any], samples: list[Sample]) -> None:
+    async def _compare(self, task: Task, samples: list[Sample]) -> None:
         """One ``POST /compare`` for the group; per-response failure classes come back masked."""
         from servers.client import EnvClientError
 
-        env = self.env_of(row)
+        env, row = task.env, task.row
         for s in samples:
             s.env = env
         todo = [s for s in samples if s.failure != PROMPT_TOO_LONG]
@@ -132,62 +124,62 @@ class RewardWorker:
             if failure is not None:
                 self._count_failure(failure)
 
-    async def _score_group(self, row: dict[str, Any], samples: list[Sample], group_id: int) -> None:
+    async def _score_group(self, task: Task, samples: list[Sample], group_id: int) -> None:
         from servers.wire import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
-        env = self.env_of(row)
         if any(s.scored for s in samples):  # session rollouts: verified at the end of each episode
-            await asyncio.gather(*(self._score(row, s) for s in samples))
+            await asyncio.gather(*(self._score(task, s) for s in samples))
             return
-        if await self._scores_groups(env):
+        if await self._scores_groups(task.env):
             if self.cfg.env.group_scoring == "compare":
-                return await self._compare(row, samples)
+                return await self._compare(task, samples)
             # cohort /verify: the server groups the samples by task index and waits for all of them
             sent = [s for s in samples if s.failure != PROMPT_TOO_LONG]
-            tagged = {**row, TASK_INDEX_KEY: group_id, "num_rollouts_per_prompt": len(sent)}
-            await asyncio.gather(*(self._score({**tagged, ROLLOUT_INDEX_KEY: j}, s) for j, s in enumerate(samples)))
+            tagged = {**task.row, TASK_INDEX_KEY: group_id, "num_rollouts_per_prompt": len(sent)}
+            await asyncio.gather(*(self._score(task, s, {**tagged, ROLLOUT_INDEX_KEY: j}) for j, s in enumerate(samples)))
             return
-        await asyncio.gather(*(self._score(row, s) for s in samples))
+        await asyncio.gather(*(self._score(task, s) for s in samples))
 
     def _count_failure(self, failure: str) -> None:
         self.stats["failed"] += 1
         self.stats["failures_by_class"][failure] = self.stats["failures_by_class"].get(failure, 0) + 1
 
-    async def score_groups(self, groups: list[Group], rows: list[dict[str, Any]]) -> int:
+    async def score_groups(self, groups: list[Group]) -> int:
         """Score and hand to the buffer. Called fire-and-forget by the generators, so an exception
         here (a bug of ours, not an environment's failure: those are failure classes) is kept with
         its traceback for the driver, which stops the run with it (engine._check_health)."""
         try:
-            return await self._score_groups(groups, rows)
+            return await self._score_groups(groups)
         except Exception:
             self.error = self.error or traceback.format_exc()
             raise
 
-    async def _score_groups(self, groups: list[Group], rows: list[dict[str, Any]]) -> int:
+    async def _score_groups(self, groups: list[Group]) -> int:
         t0 = time.perf_counter()
-        await asyncio.gather(*(self._score_group(row, grp.samples, grp.ticket.slot) for grp, row in zip(groups, rows)))
-        for grp, row in zip(groups, rows):  # after the env reward: low-effort length shaping, prompt-kind tags
-            apply_effort_shaping(grp.samples, row, self.cfg.env.effort_levels)
+        tasks = [self.tasks[g.ticket.prompt_index] for g in groups]
+        await asyncio.gather(*(self._score_group(task, g.samples, g.ticket.slot) for g, task in zip(groups, tasks)))
+        for g, task in zip(groups, tasks):  # after the env reward: low-effort length shaping, prompt-kind tags
+            apply_effort_shaping(g.samples, task, self.cfg.env.effort_levels)
         self.stats["reward_seconds"] += time.perf_counter() - t0
         self.stats["scored"] += sum(len(g.samples) for g in groups)
         await self.buffer.put.remote(groups)
         return len(groups)
 
-    async def score_samples(self, samples: list[Sample], rows: list[dict[str, Any]]) -> list[Sample]:
-        """Validation: samples one by one, except consecutive samples of one row for an environment
+    async def score_samples(self, samples: list[Sample], tasks: list[Task]) -> list[Sample]:
+        """Validation: samples one by one, except consecutive samples of one task for an environment
         that scores groups, which go together through /compare."""
-        runs: list[tuple[dict[str, Any], list[Sample]]] = []
-        for s, r in zip(samples, rows):
-            if runs and (runs[-1][0] is r or runs[-1][0] == r):
+        runs: list[tuple[Task, list[Sample]]] = []
+        for s, t in zip(samples, tasks):
+            if runs and runs[-1][0] is t:
                 runs[-1][1].append(s)
             else:
-                runs.append((r, [s]))
+                runs.append((t, [s]))
         jobs = []
-        for row, run in runs:
-            if not any(s.scored for s in run) and await self._scores_groups(self.env_of(row)):
-                jobs.append(self._compare(row, run))
+        for task, run in runs:
+            if not any(s.scored for s in run) and await self._scores_groups(task.env):
+                jobs.append(self._compare(task, run))
             else:
-                jobs += [self._score(row, s) for s in run]
+                jobs += [self._score(task, s) for s in run]
         await asyncio.gather(*jobs)
         return samples
 

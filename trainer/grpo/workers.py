@@ -28,15 +28,16 @@ from trainer.grpo.reference import ReferencePolicy
 from trainer.grpo.replay_buffer import Group, Sample, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.grpo.weight_sync import WeightTransport
+from trainer.rollout.task import Task
 
 
 class GeneratorWorker:
-    def __init__(self, cfg_data: dict[str, Any], worker_id: int, rows: list[dict[str, Any]], buffer: Any,
+    def __init__(self, cfg_data: dict[str, Any], worker_id: int, tasks: list[Task], buffer: Any,
                  reward: Any, transport: WeightTransport, urls: dict[str, Any] | None = None):
         from trainer.grpo.episodes import SessionRouter
 
         self.cfg = MasterConfig.model_validate(cfg_data)
-        self.id, self.rows, self.buffer, self.reward, self.transport = worker_id, rows, buffer, reward, transport
+        self.id, self.tasks, self.buffer, self.reward, self.transport = worker_id, tasks, buffer, reward, transport
         self.urls = urls or {}  # environment servers: session rollouts talk to them from here
         self.sessions = SessionRouter(self.urls) if self.urls else None
         self.policy = load_policy(self.cfg, self.cfg.cluster.torch_threads_per_actor)
@@ -110,7 +111,7 @@ class GeneratorWorker:
                     self.stats["idle_seconds"] += time.perf_counter() - t0
                     continue
                 groups = self.generate(tickets, hook)
-                self.reward.score_groups.remote(groups, [self.rows[t.prompt_index] for t in tickets])
+                self.reward.score_groups.remote(groups)  # the reward actor holds the tasks: groups name theirs
         except Exception as exc:  # surfaced to the driver through get_stats()
             self.error = f"{type(exc).__name__}: {exc}"
             raise
@@ -121,18 +122,15 @@ class GeneratorWorker:
         t0 = time.perf_counter()
         K = self.cfg.grpo.num_generations_per_prompt
         start_version = self.policy.version
-        rows = [self.rows[t.prompt_index] for t in tickets]
+        tasks = [self.tasks[t.prompt_index] for t in tickets]
         # one RNG per batch seeded by its first slot: reproducible for the same admissions
         rng = self.policy.make_rng(tickets[0].seed)
         step = tickets[0].slot // self.cfg.grpo.num_prompts_per_step  # the step these groups train at
-        gens = rollout_samples(self.policy, self.urls, [r for r in rows for _ in range(K)], self.sessions, self.cfg,
-                               sampling_params(self.cfg), rng, hook=hook, step=step)
+        gens = rollout_samples(self.policy, self.urls, [task for task in tasks for _ in range(K)], self.sessions,
+                               self.cfg, sampling_params(self.cfg), rng, hook=hook, step=step)
         dt = time.perf_counter() - t0
-        groups = []
-        for i, t in enumerate(tickets):
-            row = self.rows[t.prompt_index]
-            groups.append(Group(ticket=t, prompt_id=str(row.get("_verigym_id", t.prompt_index)),
-                                start_version=start_version, samples=gens[i * K:(i + 1) * K], gen_seconds=dt / len(tickets)))
+        groups = [Group(ticket=t, prompt_id=task.id, start_version=start_version, samples=gens[i * K:(i + 1) * K],
+                        gen_seconds=dt / len(tickets)) for i, (t, task) in enumerate(zip(tickets, tasks))]
         self.stats["gen_seconds"] += dt
         self.stats["tokens"] += sum(len(x.gen_ids) for x in gens)
         self.stats["groups"] += len(tickets)
@@ -176,11 +174,12 @@ class TrainerWorker:
     def publish_weights(self, version: int) -> Any:
         return self.transport.publish(version, self.policy.model.state_dict())
 
-    def warm_start_begin(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def warm_start_begin(self, tasks: list[Task]) -> dict[str, Any]:
         """Prepare the warm start (its examples, its optimizer); ``warm_start_run`` then runs it in pieces."""
         from trainer.grpo.warm_start import warm_start_loop
 
-        self._warm_start = warm_start_loop(self.policy, rows, self.cfg.policy.warm_start, seed=self.cfg.grpo.seed)
+        self._warm_start = warm_start_loop(self.policy, [t.row for t in tasks], self.cfg.policy.warm_start,
+                                           seed=self.cfg.grpo.seed)
         return self._warm_start.progress()
 
     def warm_start_run(self, max_seconds: float) -> dict[str, Any]:
@@ -193,20 +192,19 @@ class TrainerWorker:
             self._warm_start = None
         return out
 
-    def generate_validation(self, rows: list[dict[str, Any]], k: int) -> list[Sample]:
+    def generate_validation(self, tasks: list[Task], k: int) -> list[Sample]:
         """k greedy samples per row, in row order, each one run of the one rollout function
         (session rows come back scored, the others are verified by the reward actor)."""
         from trainer.grpo.episodes import rollout_samples
 
-        return rollout_samples(self.policy, self.urls, [r for r in rows for _ in range(k)], self.sessions, self.cfg,
+        return rollout_samples(self.policy, self.urls, [t for t in tasks for _ in range(k)], self.sessions, self.cfg,
                                sampling_params(self.cfg, greedy=True), self.policy.make_rng(self.cfg.grpo.seed),
                                step=max(self.policy.version, 0), max_batch=64)
 
-    def prompts_too_long(self, rows: list[dict[str, Any]]) -> list[str]:
-        """Ids of the rows whose prompt leaves no room in ``policy.max_total_sequence_length``."""
+    def prompts_too_long(self, tasks: list[Task]) -> list[str]:
+        """Ids of the tasks whose prompt leaves no room in ``policy.max_total_sequence_length``."""
         limit = self.cfg.policy.max_total_sequence_length
-        return [str(r.get("_verigym_id", i)) for i, r in enumerate(rows)
-                if len(prompt_ids_for(self.policy, r)) >= limit]
+        return [t.id for t in tasks if len(prompt_ids_for(self.policy, t.row)) >= limit]
 
     def save(self, path: str) -> bool:
         from trainer.grpo.checkpoint import save_trainer_state
