@@ -95,8 +95,8 @@ def _parse_urls(pairs: list[str]) -> dict[str, str]:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from trainer.blends import BlendError, load_blend
     from trainer.data_prep import DataPrepError, prep_blend
-    from trainer.generation import SamplingParams
     from trainer.rollout.collect import RolloutSettings, format_summary, read_rollouts
+    from trainer.rollout.generator import SamplingParams
     from trainer.rollout.task import TaskError, make_tasks, routes_of
 
     try:
@@ -143,11 +143,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 async def _rollout(tasks: list[Any], settings: Any, output: Path, args: argparse.Namespace) -> Any:
-    from servers.client import EnvClient
-    from trainer.fleet import Fleet, fetch_info
-    from trainer.generation import BatchedGenerator
+    from trainer.fleet import Fleet
     from trainer.policy import Policy, PolicyConfig
     from trainer.rollout.collect import collect
+    from trainer.rollout.generator import make_generator
+    from trainer.rollout.scoring import EnvCalls, EnvInfo, RetryPolicy
 
     import torch
 
@@ -159,12 +159,13 @@ async def _rollout(tasks: list[Any], settings: Any, output: Path, args: argparse
     fleet = Fleet(to_start)
     await asyncio.to_thread(fleet.start)
     try:
-        urls = {**given, **fleet.urls}
-        stateful = {env: bool(fetch_info(urls[env]).get("stateful")) for env in needed}
+        urls = {e: {**given, **fleet.urls}[e] for e in needed}
+        info = EnvInfo(urls)
+        stateful = {env: await asyncio.to_thread(info.stateful, env) for env in needed}
         policy = await asyncio.to_thread(Policy.load, PolicyConfig(model_name=args.model, seed=args.seed))
-        async with EnvClient({e: urls[e] for e in needed}, retries=args.retries, timeout_s=args.timeout) as client, \
-                BatchedGenerator(policy, max_batch=args.batch_size, seed=args.seed) as generator:
-            return await collect(tasks, client=client, generator=generator, stateful=stateful, settings=settings,
+        async with EnvCalls(urls, retry=RetryPolicy(args.retries), timeout_s=args.timeout) as env, \
+                make_generator(policy, max_batch=args.batch_size, seed=args.seed) as generator:
+            return await collect(tasks, env=env, generator=generator, stateful=stateful, settings=settings,
                                  output=output)
     finally:
         await asyncio.to_thread(fleet.stop)
@@ -224,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "rollouts: a clean call chosen, a hallucinated tool or arguments outside "
                                                   "the schema rejected, same prompt (`driver dpo` trains on them)")
     p.add_argument("--max-pairs-per-prompt", type=int, default=4, help="with --pairs: at most this many per prompt")
-    p.add_argument("--retries", type=int, default=3, help="client retries on 503/connection errors before failing")
+    p.add_argument("--retries", type=int, default=3,
+                   help="tries again on a failed server call (503, connection error, a failure-classed verify reply) "
+                        "before recording the rollout as failed")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per server call")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1: on a small shared CPU more threads oversubscribe and "

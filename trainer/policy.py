@@ -13,7 +13,7 @@ Two ways to get one (``policy.model_name``):
 loop, the logprobs and the loss build their tensors on the parameters' device.
 
 ``Policy.version`` is the integer the GRPO engine bumps on every weight update; the decode
-loop in :mod:`trainer.generation` stamps each sampled token with the version that was
+loop in :mod:`trainer.rollout.decode` stamps each sampled token with the version that was
 current when the token's forward pass ran.
 """
 
@@ -141,3 +141,15 @@ class Policy:
         params = sum(p.numel() for p in self.model.parameters())
         return {"model": self.name, "parameters": params, "layers": getattr(cfg, "num_hidden_layers", None),
                 "hidden": getattr(cfg, "hidden_size", None), "vocab": len(self.tokenizer), "version": self.version}
+
+
+def load_policy(cfg: Any, threads: int) -> Policy:
+    """The policy a GRPO run (a ``trainer.config.MasterConfig``) trains: ``policy.model_name``,
+    ``precision``, ``device``, the tiny preset's geometry from ``hf_config_overrides``; torch uses
+    ``threads`` intra-op threads in this process."""
+    torch.set_num_threads(threads)
+    p = cfg.policy
+    kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision, "device": p.device}
+    if p.model_name == "tiny" and p.hf_config_overrides:
+        kw["tiny"] = TinyModelConfig(**p.hf_config_overrides)
+    return Policy.load(PolicyConfig(**kw))

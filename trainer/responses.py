@@ -152,6 +152,13 @@ def turn_items(text: str, *, prompt_ids: list[int], gen_ids: list[int], logprobs
     tokens are recorded exactly once, as NeMo-RL's contiguity check expects). With
     ``parse_tools`` (see :func:`offers_tools`) tool calls become ``function_call`` items."""
     visible, calls = parse_tool_calls(text) if parse_tools else (text, [])
+    return parsed_turn_items(visible, calls, prompt_ids=prompt_ids, gen_ids=gen_ids, logprobs=logprobs,
+                             versions=versions)
+
+
+def parsed_turn_items(visible: str, calls: list[dict[str, Any]], *, prompt_ids: list[int], gen_ids: list[int],
+                      logprobs: list[float], versions: list[int]) -> list[dict[str, Any]]:
+    """:func:`turn_items` of a turn whose text the caller already split (:func:`parse_tool_calls`)."""
     items: list[dict[str, Any]] = []
     if visible.strip() or not calls:
         items.append(message_item(visible))

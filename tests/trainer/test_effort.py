@@ -7,7 +7,7 @@ import pytest
 from trainer.config import EffortLevelsConfig
 from trainer.grpo.effort import (apply_effort_shaping, effort_metrics, is_low_effort, last_user_text, length_reward,
                                  prompt_kind, shape_reward)
-from trainer.grpo.replay_buffer import Sample
+from trainer.rollout.sample import Sample
 from trainer.rollout.task import Routes, make_task
 
 SUPER = EffortLevelsConfig(low_weight=0.2, low_penalty=1.0, low_ub=3000, low_string="{reasoning effort: low}")

@@ -1,5 +1,5 @@
 """Session environments in the GRPO engine: their rows run the one rollout function
-(trainer.agent_loop.run_episode) — seed_session -> model turn -> tool calls -> tool outputs ->
+(trainer.rollout.episode.run_episode) — seed_session -> model turn -> tool calls -> tool outputs ->
 ... -> verify — with tool-output tokens masked out of the loss. Real servers on loopback (the
 counter fixture: a stateful tool environment), a real tiny policy, a real local Ray."""
 
@@ -13,13 +13,14 @@ import torch
 
 from trainer.config import load_config
 from trainer.fleet import Fleet
-from trainer.generation import SamplingParams
-from trainer.grpo.episodes import SessionRouter, rollout_samples
-from trainer.grpo.replay_buffer import Group, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig
 from trainer.responses import chat_tools
-from trainer.rollout.task import Routes, make_tasks
+from trainer.rollout.batch import BatchSettings, run_batch
+from trainer.rollout.generator import SamplingParams, make_generator
+from trainer.rollout.sample import Group, Ticket
+from trainer.rollout.scoring import EnvInfo
+from trainer.rollout.task import Routes, make_task, make_tasks
 
 pytestmark = pytest.mark.train
 torch.set_num_threads(1)
@@ -75,11 +76,11 @@ def test_session_rollouts_are_scored_and_tool_outputs_are_masked_out_of_the_loss
     policy.version = 0
     cfg = load_config("tiny", ["grpo.max_rollout_turns=3", "grpo.num_prompts_per_step=1",
                                "grpo.num_generations_per_prompt=2", "policy.max_total_sequence_length=1024"])
-    tasks = make_tasks([counter_row(1, 3), counter_row(1, 3)], Routes())
-    samples = rollout_samples(policy, fleet.urls, tasks, SessionRouter(fleet.urls), cfg,
-                              SamplingParams(temperature=0, max_new_tokens=100), torch.Generator().manual_seed(0))
+    [samples] = run_batch(make_generator(policy), EnvInfo(fleet.urls), [make_task(counter_row(1, 3), 0, Routes())], 2,
+                          SamplingParams(temperature=0, max_new_tokens=100), BatchSettings.from_config(cfg), seed=0)
     for s in samples:
         assert s.scored and s.failure is None and s.reward == 1.0 and s.env == "counter"
+        assert s.tool_calls == 1  # increment(2), parsed once by the episode
         assert len(s.gen_ids) == len(s.gen_mask) == len(s.gen_logprobs) == len(s.versions)
         tool = [i for i, m in enumerate(s.gen_mask) if m == 0]
         assert tool and 0 < tool[0] and tool[-1] < len(s.gen_ids) - 1  # tool output between two model turns

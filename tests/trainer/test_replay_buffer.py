@@ -1,9 +1,10 @@
 """Admission control, stale-group dropping and checkpoint state of the collector's buffer."""
-from trainer.grpo.replay_buffer import Group, ReplayBuffer, Sample
+from trainer.grpo.replay_buffer import ReplayBuffer
+from trainer.rollout.sample import Group, Sample
 
 
 def finish(buf, tickets, version):
-    buf.put([Group(ticket=t, prompt_id=buf.prompt_ids[t.prompt_index], start_version=version,
+    buf.put([Group(ticket=t, task_id=buf.prompt_ids[t.prompt_index], start_version=version,
                    samples=[Sample([1], [2], [-0.1], [version], False)]) for t in tickets])
 
 
@@ -24,7 +25,7 @@ def test_sync_schedule_is_max_age_zero():
     finish(buf, t0[:1], 0)
     assert buf.take(0) is None
     finish(buf, t0[1:], 0)
-    assert [g.prompt_id for g in buf.take(0)] == ["p0", "p1"]
+    assert [g.task_id for g in buf.take(0)] == ["p0", "p1"]
     assert len(buf.admit(1, 10)) == 2
 
 
@@ -37,7 +38,7 @@ def test_stale_group_dropped_counted_and_requeued_not_lost():
     again = buf2.admit(0, 2)
     assert [(x.slot, x.prompt_index) for x in again] == [(0, 0)]  # same slot, same prompt, re-generated
     finish(buf2, again, 0)
-    assert [g.prompt_id for g in buf2.take(0)] == ["p0", "p1"]
+    assert [g.task_id for g in buf2.take(0)] == ["p0", "p1"]
 
 
 def test_checkpoint_state_requeues_in_flight_in_order():
@@ -45,7 +46,7 @@ def test_checkpoint_state_requeues_in_flight_in_order():
     buf = ReplayBuffer(ids, 2, max_age=2, max_num_steps=8, seed=3)
     t = buf.admit(0, 6)
     finish(buf, t[:2], 0)
-    first = [g.prompt_id for g in buf.take(0)]
+    first = [g.task_id for g in buf.take(0)]
     state = buf.state_dict()
     assert state["consumed"] == first and len(state["in_flight_prompts"]) == 4
     # an uninterrupted buffer and a restored one train the same prompt sequence

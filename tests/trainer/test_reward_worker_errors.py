@@ -10,7 +10,7 @@ import pytest
 from servers import registry
 from servers.app import start_server
 from trainer.config import load_config
-from trainer.grpo.replay_buffer import Group, Sample, Ticket
+from trainer.rollout.sample import Group, Sample, Ticket
 from trainer.grpo.reward_worker import RewardWorker
 from trainer.rollout.task import Routes, make_task
 
@@ -57,16 +57,15 @@ def test_a_task_keeps_data_preps_tags_off_the_row():
 
 async def test_rows_reach_verify_without_private_keys(answer_match_url):
     buffer = _Buffer()
-    worker = RewardWorker(load_config("tiny").model_dump(mode="json"), {"answer_match": answer_match_url}, buffer,
-                          [_task()])
+    worker = RewardWorker(load_config("tiny"), {"answer_match": answer_match_url}, buffer, [_task()])
     sent: list[dict] = []
-    verify = worker.client.verify
+    verify = worker.env.client.verify
 
     async def recording(env, row, response=None, **kw):
         sent.append(row)
         return await verify(env, row, response, **kw)
 
-    worker.client.verify = recording
+    worker.env.client.verify = recording
     assert await worker.score_groups([_group(["4", "5"])]) == 1
     assert [s.reward for s in buffer.groups[0].samples] == [1.0, 0.0]
     assert sent and all(not k.startswith("_verigym_") for row in sent for k in row)
@@ -76,7 +75,7 @@ async def test_rows_reach_verify_without_private_keys(answer_match_url):
 async def test_an_exception_in_our_scoring_code_surfaces_with_its_traceback(answer_match_url):
     buffer = _Buffer()
     bad = _task(metadata={"tags": {"a", "b"}})  # a set: our client cannot serialise the row (a bug of ours)
-    worker = RewardWorker(load_config("tiny").model_dump(mode="json"), {"answer_match": answer_match_url}, buffer, [bad])
+    worker = RewardWorker(load_config("tiny"), {"answer_match": answer_match_url}, buffer, [bad])
     with pytest.raises(TypeError):
         await worker.score_groups([_group(["4"])])
     error = worker.get_stats()["error"]

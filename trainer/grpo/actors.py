@@ -55,21 +55,25 @@ class Components:
     generators: list[Any]
 
 
-def launch(cfg: MasterConfig, train: list[Task], urls: dict[str, Any], transport: WeightTransport) -> Components:
-    data = cfg.model_dump(mode="json")
+def launch(cfg: MasterConfig, train: list[Task], val: list[Task], urls: dict[str, Any],
+           transport: WeightTransport) -> Components:
+    """The actors of a run. The config and the tasks are handed over once: the config as the typed
+    object the driver validated, the tasks through Ray's object store (every actor holds them; a
+    group names its task by index)."""
     spread = {"scheduling_strategy": "SPREAD"} if cfg.cluster.ray_address else {}
     # Fractional CPUs: on a small machine all actors share the cores; the torch threads decide real use.
     buffer = ray.remote(num_cpus=0.01, max_concurrency=16)(ReplayBuffer).remote(
         [t.id for t in train], cfg.grpo.num_prompts_per_step,
         cfg.max_age, cfg.grpo.max_num_steps, seed=cfg.grpo.seed, shuffle=cfg.data.shuffle,
         max_num_epochs=cfg.grpo.max_num_epochs)
-    tasks = ray.put(train)  # once into the object store: actors hold them, groups name theirs by index
-    reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(data, urls, buffer, tasks)
+    train_ref, val_ref = ray.put(train), ray.put(val)
+    reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(cfg, urls, buffer, train_ref, val_ref)
     gpu = gpu_share(cfg)
     placed = lambda res: {"resources": dict(res), **gpu} if res else {**spread, **gpu}  # noqa: E731 (custom resources pin the node)
-    trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources))(TrainerWorker).remote(data, transport, urls)
+    trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources))(TrainerWorker).remote(
+        cfg, transport, urls, train_ref, val_ref, reward)
     generators = [ray.remote(num_cpus=1, max_concurrency=4, **placed(cfg.cluster.generator_resources))(GeneratorWorker).remote(
-        data, i, tasks, buffer, reward, transport, urls) for i in range(cfg.cluster.num_generation_workers)]
+        cfg, i, train_ref, buffer, reward, transport, urls) for i in range(cfg.cluster.num_generation_workers)]
     return Components(buffer, reward, trainer, generators)
 
 

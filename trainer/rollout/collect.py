@@ -1,4 +1,4 @@
-"""Rollout collection: K scored responses per prompt, NeMo-Gym-style output files.
+"""``driver rollout``'s collection: K scored rollouts per task, NeMo-Gym-style output files.
 
 Output (nemo-gym.md §3.1):
 
@@ -27,10 +27,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from servers.client import EnvClient
 from servers.wire import FAILURE_CLASS_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
-from trainer.agent_loop import run_episode
-from trainer.generation import BatchedGenerator, SamplingParams
+from trainer.rollout.episode import run_episode
+from trainer.rollout.generator import Generator, SamplingParams
+from trainer.rollout.scoring import EnvCalls
 from trainer.rollout.task import Task
 from trainer.tool_use import hallucination_summary
 
@@ -107,7 +107,7 @@ def summarize(rows: list[dict[str, Any]], failures: list[dict[str, Any]], *, k: 
     return out
 
 
-async def collect(tasks: list[Task], *, client: EnvClient, generator: BatchedGenerator, stateful: dict[str, bool],
+async def collect(tasks: list[Task], *, env: EnvCalls, generator: Generator, stateful: dict[str, bool],
                   settings: RolloutSettings, output: Path, progress: bool = True) -> dict[str, Any]:
     """Run every missing (task, rollout) pair of ``tasks`` and append results to ``output``."""
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +141,7 @@ async def collect(tasks: list[Task], *, client: EnvClient, generator: BatchedGen
         t = tasks[task]
         params = SamplingParams.for_row(t.create_params, settings.sampling)
         async with gate:
-            episode = await run_episode(generator, client, t, params, stateful=stateful.get(t.env, False),
+            episode = await run_episode(generator, env, t, params, stateful=stateful.get(t.env, False),
                                         max_steps=settings.max_steps)
         record = {**episode.reply, TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: rollout,
                   "agent_ref": t.row.get("agent_ref"), ENV_KEY: t.env}

@@ -1,4 +1,4 @@
-"""Our own batched decode loop (not ``model.generate``), and ``compute_logprobs``.
+"""Our own batched decode loop (not ``model.generate``): the local generation backend's engine.
 
 Why our own loop: the async GRPO engine swaps weights *between decode steps* (in-flight
 weight updates, nemo-rl.md §2.6). The loop calls ``on_step(step)`` before every forward
@@ -13,16 +13,12 @@ temperature). Greedy decoding (temperature 0) records logprobs at temperature 1.
 Batching: left padding + attention mask + explicit position ids + a KV cache; per-row
 temperature / top_p / max_new_tokens / stop strings, so rows of different environments
 share a batch. Rows with identical prompts (a GRPO group) share one prefill: the prompt runs
-once and its cache is indexed out to the rows (``reorder_cache``) before the first token is sampled. :class:`BatchedGenerator` gathers concurrent async requests into batches
-run on one worker thread, so the event loop keeps scoring while the CPU decodes.
+once and its cache is indexed out to the rows (``reorder_cache``) before the first token is
+sampled. Who batches what is trainer.rollout.local_generator's business.
 """
 
 from __future__ import annotations
 
-import asyncio
-import queue
-import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -30,37 +26,9 @@ import torch.nn.functional as F
 
 from trainer.kv_cache import cache_of, with_cache
 from trainer.policy import Policy
+from trainer.rollout.generator import Generation, SamplingParams
 
 OnStep = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 64
-    stop: tuple[str, ...] = ()
-
-    @classmethod
-    def for_row(cls, create_params: dict[str, Any], default: "SamplingParams") -> "SamplingParams":
-        """NeMo-RL's rule: the run's temperature/top_p win; max tokens = min(row, run)."""
-        row_max = create_params.get("max_output_tokens")
-        max_new = min(default.max_new_tokens, row_max) if row_max else default.max_new_tokens
-        return cls(default.temperature, default.top_p, max_new, default.stop)
-
-
-@dataclass
-class Generation:
-    prompt_ids: list[int]
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    text: str = ""
-    finish_reason: str = "length"  # "stop" (end token or stop string) | "length"
-
-    @property
-    def truncated(self) -> bool:
-        return self.finish_reason == "length"
 
 
 def _sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
@@ -175,119 +143,3 @@ def _prefill(model: Any, prompts: list[list[int]], ids: torch.Tensor, mask: torc
     cache = cache_of(result)
     cache.reorder_cache(rows)
     return result.logits[:, -1, :].index_select(0, rows), cache
-
-
-def compute_logprobs(model: Any, prompt_ids: list[list[int]] | list[int], gen_ids: list[list[int]] | list[int], *,
-                     temperature: float = 1.0, pad_token_id: int = 0) -> list[torch.Tensor] | torch.Tensor:
-    """Logprobs of ``gen_ids`` given ``prompt_ids`` under ``model``: one sequence (lists of ints ->
-    1-D tensor) or a batch (lists of lists -> one 1-D tensor per sequence, length ``len(gen)``).
-    The computation is :func:`trainer.logprobs.forward_logprobs`, the one the loss uses."""
-    from trainer.logprobs import forward_logprobs
-
-    single = bool(prompt_ids) and isinstance(prompt_ids[0], int)
-    prompts = [prompt_ids] if single else prompt_ids
-    gens = [gen_ids] if single else gen_ids
-    seqs = [_Tokens(list(p), list(g)) for p, g in zip(prompts, gens)]
-    lp, _ = forward_logprobs(model, seqs, temperature, pad_token_id)
-    out = [lp[i, :len(g)] for i, g in enumerate(gens)]
-    return out[0] if single else out
-
-
-@dataclass
-class _Tokens:
-    prompt_ids: list[int]
-    gen_ids: list[int]
-
-
-@dataclass
-class _Request:
-    prompt_ids: list[int]
-    params: SamplingParams
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-
-
-class BatchedGenerator:
-    """Async front of :func:`decode_batch`: concurrent ``await generate(...)`` calls are
-    gathered into batches (up to ``max_batch``) decoded on one worker thread.
-
-    ``on_step`` is forwarded to every decode step (weight swaps, cancellation checks).
-    ``stats`` counts batches, sequences and generated tokens for throughput reports.
-    """
-
-    def __init__(self, policy: Policy, *, max_batch: int = 64, seed: int = 0, gather_s: float = 0.01,
-                 on_step: OnStep | None = None):
-        self.policy, self.max_batch, self.gather_s, self.on_step = policy, max_batch, gather_s, on_step
-        self.rng = policy.make_rng(seed)
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0, "decode_s": 0.0}
-
-    def start(self) -> "BatchedGenerator":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._worker, name="verigym-decode", daemon=True)
-            self._thread.start()
-        return self
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
-
-    async def __aenter__(self) -> "BatchedGenerator":
-        return self.start()
-
-    async def __aexit__(self, *_: Any) -> None:
-        await asyncio.to_thread(self.close)
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.start()
-        self._queue.put(_Request(list(prompt_ids), params, future, loop))
-        return await future
-
-    def _worker(self) -> None:
-        import time
-
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            deadline = time.monotonic() + self.gather_s
-            stop = False
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
-            start = time.perf_counter()
-            try:
-                results = decode_batch(self.policy, [r.prompt_ids for r in batch], [r.params for r in batch],
-                                       rng=self.rng, on_step=self.on_step)
-                self.stats["batches"] += 1
-                self.stats["sequences"] += len(batch)
-                self.stats["generated_tokens"] += sum(len(g.token_ids) for g in results)
-                for req, res in zip(batch, results):
-                    req.loop.call_soon_threadsafe(_resolve, req.future, res, None)
-            except BaseException as exc:  # noqa: BLE001 - surfaced to every waiting caller
-                for req in batch:
-                    req.loop.call_soon_threadsafe(_resolve, req.future, None, exc)
-            self.stats["decode_s"] += time.perf_counter() - start
-            if stop:
-                return
-
-
-def _resolve(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
