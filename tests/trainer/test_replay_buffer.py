@@ -21,11 +21,12 @@ def test_sync_schedule_is_max_age_zero():
     buf = ReplayBuffer([f"p{i}" for i in range(10)], 2, max_age=0, max_num_steps=5, shuffle=False)
     t0 = buf.admit(0, 10)
     assert len(t0) == 2 and buf.admit(0, 10) == []
-    assert buf.take(0) is None  # no partial batches
+    assert not buf.ready(0) and buf.take(0) is None  # no partial batches
     finish(buf, t0[:1], 0)
-    assert buf.take(0) is None
+    assert not buf.ready(0) and buf.take(0) is None
     finish(buf, t0[1:], 0)
-    assert [g.task_id for g in buf.take(0)] == ["p0", "p1"]
+    assert buf.ready(0) and buf.ready(0)  # asking takes nothing: the driver asks, the trainer takes
+    assert [g.task_id for g in buf.take(0)] == ["p0", "p1"] and not buf.ready(1)
     assert len(buf.admit(1, 10)) == 2
 
 
@@ -34,7 +35,7 @@ def test_stale_group_dropped_counted_and_requeued_not_lost():
     a = buf2.admit(0, 2)
     finish(buf2, a, 0)
     buf2.done[0].start_version = -1  # a group that slipped through with lag 1 > max age 0
-    assert buf2.take(0) is None and buf2.dropped == 1
+    assert not buf2.ready(0) and buf2.take(0) is None and buf2.dropped == 1
     again = buf2.admit(0, 2)
     assert [(x.slot, x.prompt_index) for x in again] == [(0, 0)]  # same slot, same prompt, re-generated
     finish(buf2, again, 0)
