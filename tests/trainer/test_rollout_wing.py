@@ -99,8 +99,8 @@ class CountingGenerator(Generator):
     It implements the interface and nothing else, so a batch, its episodes and its samples run on it
     unchanged: what adding a backend takes (one class, one line in BACKENDS)."""
 
-    def __init__(self, policy: Policy, *, step: int = 1):
-        self.policy, self.step = policy, step
+    def __init__(self, policy: Policy, *, in_flight: bool = False, step: int = 1):
+        self.policy, self.step = policy, step  # loads weights between batches only (in_flight ignored)
         self.stats = {"generated_tokens": 0, "weight_updates": 0, "in_flight_updates": 0, "weight_load_seconds": 0.0}
         self._received = None
 

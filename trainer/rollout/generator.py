@@ -13,7 +13,8 @@ A :class:`Generator` owns both halves of generation:
   updates, else when ``load_received_weights()`` is called between batches.
 
 Backends are registered by name in :data:`BACKENDS` (``"module:Class"``) and built with
-:func:`make_generator`; a backend is one module with one class implementing :class:`Generator`.
+:func:`make_generator`; a backend is one module with one class implementing :class:`Generator`,
+constructed as ``Class(policy, in_flight=..., **its own options)``.
 ``local`` (trainer.rollout.local_generator) decodes in this process with our own loop
 (trainer.rollout.decode). A generation server speaking vLLM's RL HTTP surface is the next one.
 """
@@ -131,10 +132,12 @@ class Generator(ABC):
         await asyncio.to_thread(self.close)
 
 
-def make_generator(policy: Policy, backend: str = DEFAULT_BACKEND, **options: Any) -> Generator:
-    """The generator of ``backend`` (a :data:`BACKENDS` name) for ``policy``; ``options`` are the
-    backend's own (the local one: ``in_flight``, ``max_batch``, ``seed``)."""
+def make_generator(policy: Policy, backend: str = DEFAULT_BACKEND, *, in_flight: bool = False,
+                   **options: Any) -> Generator:
+    """The generator of ``backend`` (a :data:`BACKENDS` name) for ``policy``; ``in_flight``: load
+    received weights between two decode steps; ``options`` are the backend's own (the local one:
+    ``max_batch``, ``seed``, ``gather_s``, ``on_step``)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown generation backend {backend!r}; registered: {', '.join(sorted(BACKENDS))}")
     module, name = BACKENDS[backend].split(":")
-    return getattr(importlib.import_module(module), name)(policy, **options)
+    return getattr(importlib.import_module(module), name)(policy, in_flight=in_flight, **options)
