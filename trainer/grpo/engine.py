@@ -224,9 +224,11 @@ class _Run:
         """The versions check and the run-level metrics of a trained step (``m``: the trainer's)."""
         comps, to = self.comps, self.to
         assert comps is not None
-        gstats = [actors.get(g.get_stats.remote(), to, "generator.get_stats") for g in comps.generators]
-        rstats = actors.get(comps.reward.get_stats.remote(), to, "reward.get_stats")
-        bstats = actors.get(comps.buffer.stats.remote(), to, "buffer.stats")
+        # asked all at once: one round trip of latency per step, not one per actor
+        grefs, rref, bref = [g.get_stats.remote() for g in comps.generators], comps.reward.get_stats.remote(), \
+            comps.buffer.stats.remote()
+        gstats = [actors.get(ref, to, "generator.get_stats") for ref in grefs]
+        rstats, bstats = actors.get(rref, to, "reward.get_stats"), actors.get(bref, to, "buffer.stats")
         out = check_versions(step + 1, trainer=int(m.pop("weights/trainer_version")),
                              buffer_trained=bstats["trained_version"], generators=[g["version"] for g in gstats])
         elapsed = time.perf_counter() - self.t_loop
