@@ -72,10 +72,14 @@ def group_workload(groups: int, group_size: int, duplicate_fraction: float, seed
     return rows
 
 
+# multichallenge's configured judge model: the scripted judge serves it, so the server is ready.
+JUDGE_MODEL = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
+
+
 async def start_judge(latency_ms: float) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "servers.scripted_judge", "--port", "0", "--latency-ms", str(latency_ms),
-        "--reply", "The response meets the criterion.\n[[YES]]",
+        "--model", JUDGE_MODEL, "--reply", "The response meets the criterion.\n[[YES]]",
         stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
@@ -93,15 +97,15 @@ async def judge_calls(url: str) -> int:
 
 
 async def serve_multichallenge(judge_url: str, *extra: str):
-    overrides = [f"judges.judge.base_url={judge_url}", "judges.judge.max_concurrency=1024",
-                 "judges.judge.temperature=0.0", "judges.judge.top_p=null", *extra]
+    overrides = [f"judges.judge.base_url={judge_url}", f"judges.judge.model={JUDGE_MODEL}",
+                 "judges.judge.max_concurrency=1024", "judges.judge.temperature=0.0", "judges.judge.top_p=null", *extra]
     children = await spawn_servers(["multichallenge"], overrides=overrides, echo_output=False)
     return children, children[0].url
 
 
 async def direct_judge_p50(judge_url: str, requests: int) -> float:
     """The same judge request the server would send, straight to the judge (closed loop, one at a time)."""
-    cfg = JudgeConfig(base_url=judge_url, model="Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", temperature=0.0,
+    cfg = JudgeConfig(base_url=judge_url, model=JUDGE_MODEL, temperature=0.0,
                       max_output_tokens=8192)
     latencies = []
     async with aiohttp.ClientSession() as http:

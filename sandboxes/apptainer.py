@@ -138,7 +138,11 @@ class ApptainerBackend(SandboxBackend):
     async def health(self) -> dict:
         path = shutil.which(self.binary)
         if path is None:
-            return {"backend": self.name, "ok": False, "error": f"{self.binary} not installed (untested here)"}
+            # A binary that is not there will not appear while the server runs: "permanent"
+            # makes the server's /health fatal, so `envs serve` stops at once with this line.
+            return {"backend": self.name, "ok": False, "permanent": True,
+                    "error": f"{self.binary!r} is not installed (not on PATH): install Apptainer on this machine, or "
+                             "serve with sandbox_backend=container (Podman's or Docker's API)"}
         proc = await asyncio.create_subprocess_exec(path, "--version", stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.STDOUT)
         out, _ = await proc.communicate()

@@ -20,6 +20,13 @@ Contract
 * ``await sandbox.start_process(argv, limits=...) -> SandboxProcess`` — a long-lived process
   (notebook kernel, shell) talked to over stdin/stdout; killed by ``reset()``/``destroy()``.
   Backends without it raise :class:`SandboxError` and set ``supports_processes = False``.
+* ``await sandbox.end_processes()`` — kill everything the sandbox runs (long-lived processes
+  and whatever earlier execs left in the background), keeping the workspace: a verifier calls
+  it before it writes and runs a checker, so nothing of the program can still act.
+* ``system_writable`` — True where a program can change files outside the workspace that
+  later runs use (a container's ``/usr``, ``/etc``); such a sandbox's interpreter and tools
+  are no longer the image's, and ``archive_workspace``/``extract_workspace`` move the
+  workspace into a fresh sandbox for a check.
 """
 
 from __future__ import annotations
@@ -160,6 +167,7 @@ class Sandbox(abc.ABC):
     """A live isolated workspace. Use as ``async with``: destroyed on exit."""
 
     supports_processes: bool = False  # start_process available (False: it raises SandboxError)
+    system_writable: bool = False     # a program can change the system files later runs use (container)
     _destroyed: bool = False  # set by destroy(); every later use raises
     # The interpreter's path inside the sandbox (what exec_python runs): the image's python3,
     # or for the process backend the server's own (or the configured) interpreter.
@@ -191,6 +199,21 @@ class Sandbox(abc.ABC):
                             env: Mapping[str, str] | None = None) -> SandboxProcess:
         """Start a long-lived process in the workspace (see :class:`SandboxProcess`)."""
         raise SandboxError(f"{type(self).__name__} cannot run long-lived processes")
+
+    async def end_processes(self) -> None:
+        """Kill every process of this sandbox, keep the workspace. This default serves backends
+        where nothing outlives an exec (apptainer: each exec is its own PID namespace) and no
+        long-lived process exists; backends with either override it."""
+        self._check_alive()
+
+    async def archive_workspace(self, *, max_bytes: int) -> bytes:
+        """The workspace as a tar archive (symlinks as links), for :meth:`extract_workspace` in
+        another sandbox. :class:`SandboxPathError` when it holds more than ``max_bytes``."""
+        raise SandboxError(f"{type(self).__name__} cannot archive its workspace")
+
+    async def extract_workspace(self, archive: bytes) -> None:
+        """Replace this sandbox's workspace with an :meth:`archive_workspace` archive."""
+        raise SandboxError(f"{type(self).__name__} cannot extract a workspace archive")
 
     @abc.abstractmethod
     async def upload(self, files: Mapping[str, bytes | str]) -> None:

@@ -30,6 +30,7 @@ from .base import (ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend,
                    run_terms)
 from .bwrap import THREAD_ENV, limits_argv
 from .ceiling import Ceiling
+from .container_archive import archive_dir, replace_dir
 from .longlived import ContainerProcess
 from .runner import RawOutcome
 from .verdicts import classify
@@ -65,6 +66,7 @@ def _tar_of(files: Mapping[str, bytes | str]) -> bytes:
 
 class ContainerSandbox(Sandbox):
     supports_processes = True
+    system_writable = True  # the container's root filesystem belongs to whoever runs in it
 
     def __init__(self, backend: "ContainerBackend", spec: SandboxSpec, container: Any) -> None:
         self.spec, self._backend, self._container = spec, backend, container
@@ -105,6 +107,36 @@ class ContainerSandbox(Sandbox):
     async def _stop_processes(self) -> None:
         procs, self._processes = list(self._processes), set()
         await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
+
+    async def end_processes(self) -> None:
+        """Kill the long-lived processes, then every process but the container's pid 1 (what
+        earlier execs left in the background). The workspace stays."""
+        self._check_alive()
+        await self._stop_processes()
+        async with self._lock:
+            try:
+                await asyncio.to_thread(self._kill_all_but_init)
+            except Exception as exc:  # the engine failed us, not the program
+                raise SandboxError(f"cannot end the container's processes: {exc}") from exc
+
+    def _kill_all_but_init(self) -> None:
+        api = self._backend.client.api
+        # kill -1 reaches every process the caller may signal except init and itself; twice,
+        # for processes forked between the scan and the signal.
+        kid = api.exec_create(self._container.id, ["/bin/sh", "-c", "kill -9 -1; kill -9 -1; true"],
+                              user=self._backend.user or "")
+        api.exec_start(kid)
+
+    async def archive_workspace(self, *, max_bytes: int) -> bytes:
+        self._check_alive()
+        async with self._lock:
+            return await asyncio.to_thread(archive_dir, self._container, self.spec.workdir, max_bytes)
+
+    async def extract_workspace(self, archive: bytes) -> None:
+        self._check_alive()
+        async with self._lock:
+            await asyncio.to_thread(replace_dir, self._backend.client.api, self._container, self._backend.user or "",
+                                    self.spec.workdir, archive)
 
     @property
     def container_id(self) -> str:

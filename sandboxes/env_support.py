@@ -83,10 +83,15 @@ class SandboxedEnvironment:
     @property
     def backend(self) -> SandboxBackend:
         if self._sandbox_backend is None:
-            self._sandbox_backend = open_backend(self.config.sandbox_backend, **self.config.sandbox_options)
+            self._sandbox_backend = open_backend(self.config.sandbox_backend, **self.sandbox_backend_options())
         return self._sandbox_backend
 
     # ---- what an environment may override ------------------------------------------------
+    def sandbox_backend_options(self) -> dict[str, Any]:
+        """The backend's constructor options: ``sandbox_options`` from the config; an
+        environment adds its own (terminal: a read-only folder of its check's helpers)."""
+        return dict(self.config.sandbox_options)
+
     def sandbox_run_limits(self) -> Limits:
         """The limits of this environment's usual sandboxed run (reported, clamped, at start)."""
         limits = getattr(self.config, "limits", None)
@@ -152,7 +157,8 @@ class SandboxedEnvironment:
 
     async def _report_reachability(self) -> None:
         """Backends opened lazily (swe): describe them and check they answer, without
-        creating a sandbox (an image pull can take many minutes). Not fatal."""
+        creating a sandbox (an image pull can take many minutes). Not fatal, unless the backend
+        says its problem is permanent (a missing binary)."""
         try:
             report = await self.backend.describe()
             health = await asyncio.wait_for(self.backend.health(), CANARY_TIMEOUT_S)
@@ -161,6 +167,9 @@ class SandboxedEnvironment:
             health = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         report["canary"] = {"ok": bool(health.get("ok")), "checked": "the backend answers (no sandbox started)",
                             **({} if health.get("ok") else {"error": health.get("error")})}
+        if not health.get("ok") and health.get("permanent"):  # e.g. no apptainer binary: waiting cannot help
+            self._set_fatal(report, [str(health.get("error"))])
+            return
         self._sandbox_report = report
         log.log(logging.INFO if health.get("ok") else logging.WARNING, "%s: %s", self.name, _summary(report))
 

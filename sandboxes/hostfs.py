@@ -25,8 +25,9 @@ _MS_NOSUID, _MS_NODEV = 0x2, 0x4
 _MNT_DETACH = 0x2
 # What a path the workspace's contents block gives: a directory where a file goes (EISDIR),
 # a symlink (ELOOP: O_NOFOLLOW), a file where a directory goes (ENOTDIR, EEXIST), write
-# bits taken away (EACCES, EPERM). Any other OSError is the host's problem.
-_PATH_ERRNOS = frozenset({errno.EISDIR, errno.ELOOP, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM})
+# bits taken away (EACCES, EPERM), a FIFO or socket (ENXIO). Any other OSError is the host's problem.
+_PATH_ERRNOS = frozenset({errno.EISDIR, errno.ELOOP, errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM,
+                          errno.ENXIO})
 
 
 def is_root() -> bool:
@@ -72,16 +73,27 @@ def umount(path: Path) -> None:
 
 
 def wipe_dir(path: Path) -> None:
-    """Remove everything under ``path`` even if the program chmod'ed things to 000."""
-    def fix_and_retry(func, p, _exc):  # type: ignore[no-untyped-def]
+    """Remove everything under ``path`` even if the program chmod'ed things to 000 or the
+    workspace itself to read-only. Root ignores those modes; an unprivileged server (whose
+    sandboxes run as its own uid) gets its write and search bits back first."""
+    retried: set[str] = set()
+
+    def fix_and_retry(func, p, exc_info):  # type: ignore[no-untyped-def]
+        if p in retried:  # chmod did not help: a real error, not a mode the program set
+            raise exc_info[1]
+        retried.add(p)
         try:
             os.chmod(os.path.dirname(p), 0o700)
             if os.path.isdir(p) and not os.path.islink(p):
                 os.chmod(p, 0o700)
-            func(p)
+                # func may be the walk's own os.open/os.scandir of p: redo the walk below p
+                shutil.rmtree(p, onerror=fix_and_retry)
+            else:
+                os.unlink(p)
         except FileNotFoundError:
             pass
 
+    os.chmod(path, 0o700)
     for entry in list(os.scandir(path)):
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, onerror=fix_and_retry)
@@ -124,8 +136,12 @@ def _write_one(root: Path, rel: str, content: bytes | str, owner: int | None, wo
     _makedirs_owned(root, parent, owner)
     target = parent / os.path.basename(rel)
     data = content.encode() if isinstance(content, str) else bytes(content)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    # O_NONBLOCK: a FIFO the program left at the path would block the open forever (no
+    # reader); with it the open fails (ENXIO) or gives a non-regular file, refused below.
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SandboxPathError(f"cannot upload {rel!r}: something other than a regular file is there")
         view = memoryview(data)
         while view:  # os.write may write less than asked for large buffers
             view = view[os.write(fd, view):]

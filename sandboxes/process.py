@@ -160,6 +160,19 @@ class ProcessSandbox(Sandbox):
         procs, self._processes = list(self._processes), set()
         await asyncio.gather(*(p.kill() for p in procs), return_exceptions=True)
 
+    async def end_processes(self) -> None:
+        """Kill the long-lived processes and the zygote; the workspace stays. Every process of
+        this sandbox lives in the PID namespace of one of them or of an exec (which ended with
+        its exec), so killing their namespaces' pid 1 leaves nothing (tested); reset() and
+        destroy() still sweep the uid."""
+        self._check_alive()
+        await self._stop_processes()  # not under the lock: a running exec_python may hold it
+        async with self._lock:
+            await self._stop_processes()
+            if self._zygote is not None:
+                await self._zygote.stop()
+                self._zygote = None
+
     async def upload(self, files: Mapping[str, bytes | str]) -> None:
         self._check_alive()
         async with self._lock:

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 _READ_CHUNK = 1 << 16
 # After the launcher exits, its PID namespace is gone, so pipes reach EOF at once; this
@@ -213,7 +213,7 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
     pid = proc.pid
     pidfd = os.pidfd_open(pid)
     exited: asyncio.Future[None] = loop.create_future()
-    state = {"killed": False}
+    state: dict[str, Any] = {"killed": False, "cpu_at_kill": 0.0}
 
     def kill() -> None:
         if state["killed"]:
@@ -222,6 +222,9 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
         if status is not None:
             status.feed()  # the pid may be sitting unread in the pipe
         if status is not None and status.child_pid is not None:
+            # The namespace dies with its pid 1 unreaped by anyone who would add its CPU to the
+            # launcher's rusage: read the tree's CPU now (a killed run's verdict may depend on it).
+            state["cpu_at_kill"] = tree_cpu_s(status.child_pid)
             # Kill the namespace's pid 1 (still the launcher's unreaped child, so the pid
             # cannot have been reused): the kernel kills the whole namespace, and the
             # launcher reaps it and exits by itself, leaving no zombie to the host's init.
@@ -278,7 +281,31 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
     return RawOutcome(status=status, stdout=pipes.out.value(), stderr=pipes.err.value(),
                       stdout_truncated=pipes.out.truncated, stderr_truncated=pipes.err.truncated,
                       timed_out=timed_out, output_limited=pipes.output_limited,
-                      wall_s=time.monotonic() - start, cpu_s=cpu_s)
+                      wall_s=time.monotonic() - start, cpu_s=max(cpu_s, state["cpu_at_kill"]))
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and every descendant, with what they already reaped (``/proc``:
+    utime + stime + cutime + cstime). 0 for processes that are gone or unreadable."""
+    total, todo, seen = 0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # stat fields 14-17, after the comm field
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
+                    todo += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / _CLK_TCK
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _reap(pid: int) -> tuple[int | None, float]:

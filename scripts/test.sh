@@ -7,12 +7,18 @@ bash scripts/setup.sh
 # NeMo-Gym from the package index, for tests/gym/ (verigym driven by the real Gym). CI tests one
 # version; `bash scripts/gym_venvs.sh 0.4.0` adds the opt-in one (tests/gym/conftest.py).
 bash scripts/gym_venvs.sh 0.7.0
-# The container sandbox needs Podman's Docker-API socket (configured and started by this script).
-# Root only (CI and fresh machines); elsewhere the container tests skip with the reason.
+# As root (CI, fresh machines): Podman's Docker-API socket for the container sandbox, and a
+# one-machine Slurm cluster for the launch tests (`driver run --run local-slurm`).
+# As a user with sudo: the same Slurm, started as root, takes this user's jobs; root's Podman API
+# stays root's, so the container tests skip and say why (tests/podman_access.py). Without sudo
+# both kinds of tests skip with their reasons.
 if [ "$(id -u)" = 0 ]; then
   eval "$(bash scripts/ci_podman.sh)"
-  # A one-machine Slurm cluster for the launch tests (`driver run --run local-slurm`).
   eval "$(bash scripts/ci_slurm.sh)"
+elif sudo -n true 2>/dev/null; then
+  eval "$(sudo -n bash scripts/ci_slurm.sh)"
+else
+  echo "test.sh: not root and no passwordless sudo: the Slurm and container tests skip (each says why)" >&2
 fi
 set +e
 python3 -m pytest -q -p no:cacheprovider "$@"

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from servers.cpu_pool import usable_cpus
+from servers.process_budget import fork_failure_hint
 
 READY_MARK = "VERIGYM-READY "
 
@@ -86,14 +87,24 @@ _SAY_WAITING_AFTER_S = 5.0
 _ABORT_GRACE_S = 5.0
 
 
-def _fatal_reason(body: str) -> str | None:
-    """The ``fatal`` reason of a 503 /health body (the environment cannot work here), if any."""
+def _environment_check(body: str) -> dict:
     try:
         env_check = json.loads(body).get("checks", {}).get("environment", {})
     except (ValueError, AttributeError):
-        return None
-    fatal = env_check.get("fatal") if isinstance(env_check, dict) else None
+        return {}
+    return env_check if isinstance(env_check, dict) else {}
+
+
+def _fatal_reason(body: str) -> str | None:
+    """The ``fatal`` reason of a 503 /health body (the environment cannot work here), if any."""
+    fatal = _environment_check(body).get("fatal")
     return str(fatal) if fatal else None
+
+
+def _not_ready_reason(status: int, body: str) -> str:
+    """What to show of a /health that is not 200: the environment's one-line error when it has one."""
+    error = _environment_check(body).get("error")
+    return f"{status}: {error}" if error else f"{status} {body}"
 
 
 async def _wait_healthy(url: str, timeout_s: float, name: str = "", progress: dict[str, str] | None = None,
@@ -114,7 +125,7 @@ async def _wait_healthy(url: str, timeout_s: float, name: str = "", progress: di
                     fatal = _fatal_reason(body) if r.status == 503 else None
                     if fatal:
                         raise ServeError(f"{name or url}: /health 503, cannot work here: {fatal}")
-                    last = f"{r.status} {body}"
+                    last = _not_ready_reason(r.status, body)
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = repr(exc)
             if progress is not None:
@@ -146,7 +157,12 @@ async def spawn_servers(names: list[str], *, host: str = "127.0.0.1", port: int 
                    "--port", str(0 if port is None else port + i), "--log-level", log_level, "--workers", str(workers)]
             if config_file:
                 cmd += ["--config", config_file]
-            process = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+            try:
+                process = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
+                                                               stdin=asyncio.subprocess.DEVNULL)
+            except OSError as exc:
+                raise ServeError(f"{name}: cannot work here: its server process could not be started "
+                                 f"({exc.strerror or exc}){fork_failure_hint(exc.errno)}") from None
             child = Child(name, process)
             child.output_task = asyncio.create_task(_pump_output(child, echo_output))
             children.append(child)

@@ -30,7 +30,33 @@ from servers import cpu_zygote
 
 
 class CpuTimeout(Exception):
-    """The call passed its deadline; its worker was killed and replaced."""
+    """The call passed its deadline; its worker was killed and replaced. ``cpu_s``: the CPU time
+    the worker spent on the call (None where /proc cannot tell): near the deadline, the work
+    itself was that costly; far below it, the worker waited for a CPU (an overloaded machine)."""
+
+    def __init__(self, message: str, cpu_s: float | None = None):
+        super().__init__(message)
+        self.cpu_s = cpu_s
+
+    def worked_for(self, seconds: float) -> bool:
+        """The worker spent at least ``seconds`` of CPU on the call: the work was that costly
+        (a cost its input caused), not a wait for a CPU."""
+        return self.cpu_s is not None and self.cpu_s >= seconds
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a live process, from /proc (None when unreadable)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class CpuWorkerCrashed(RuntimeError):
@@ -87,10 +113,14 @@ class _Worker:
         """Blocking: run in a thread. Restarts the worker after a timeout or crash."""
         try:
             self.wait_ready()
+            cpu_before = process_cpu_s(self.process.pid)
             self.conn.send((fn, args))
             if not self.conn.poll(timeout):
+                cpu_after = process_cpu_s(self.process.pid)
+                used = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
                 self.restart()
-                raise CpuTimeout(f"{getattr(fn, '__name__', fn)} passed its {timeout:g}s deadline")
+                raise CpuTimeout(f"{getattr(fn, '__name__', fn)} passed its {timeout:g}s deadline"
+                                 + (f" after {used:.2f}s of CPU" if used is not None else ""), cpu_s=used)
             kind, value = self.conn.recv()
         except (EOFError, OSError, BrokenPipeError) as exc:
             self.restart()

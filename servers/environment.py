@@ -46,6 +46,18 @@ class EnvConfig(BaseModel):
     max_sessions: int = Field(10000, description="Open sessions allowed at once; beyond it seed_session answers 503.")
 
 
+class DeadlineCostConfig(BaseModel):
+    """For environments whose CPU-pool scoring reads the response (math-verify, a task's own scorer):
+    who pays for a deadline. Mix into the environment's config; its verify decides with
+    ``CpuTimeout.worked_for(deadline_cpu_share * cpu_task_timeout_s)``."""
+
+    deadline_cpu_share: float = Field(
+        0.5, gt=0, le=1, description="A scoring call past its deadline after its worker spent at least this share "
+                                     "of the deadline on the CPU is the answer's cost: reward 0 (scored_by deadline). "
+                                     "Less CPU means the worker waited for a CPU (an overloaded machine): failure "
+                                     "class timeout (masked), so an honest slow answer is never zeroed by load.")
+
+
 @dataclass
 class Verdict:
     """The outcome of one verification.

@@ -10,7 +10,12 @@ reach in CI is the judge model, not HTTP), and what tests use to inject failures
 * ``fail_next``: HTTP statuses answered before normal service resumes (429, 503, ...);
 * ``garbage``: answer 200 with a reply that holds no verdict;
 * ``stall_s``: answer only after this long (past the client's deadline);
-* ``await stop()`` / ``await start(port=same)``: the judge goes down and comes back.
+* ``await stop()`` / ``await start(port=same)``: the judge goes down and comes back;
+* ``responder``: a function of the prompt that replaces the table (a naive model for adversarial
+  tests: one that quotes the response after its verdict, or counts labels).
+* ``models``: the model names ``GET /v1/models`` lists (what a judge's readiness checks); with
+  ``strict_models`` a completion asking for another answers 404 "does not exist", as vLLM
+  does (without it the table answers whatever model a test names).
 
 Table file (``environments/<name>/data/scripted_judge.yaml``)::
 
@@ -32,7 +37,7 @@ from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import orjson
 import yaml
@@ -74,9 +79,14 @@ def _prompt_text(body: dict[str, Any]) -> str:
 
 
 class ScriptedJudge:
-    def __init__(self, rules: list[Rule] | None = None, default_reply: str = "", *, latency_s: float = 0.0):
+    def __init__(self, rules: list[Rule] | None = None, default_reply: str = "", *, latency_s: float = 0.0,
+                 responder: Callable[[str], str] | None = None, models: tuple[str, ...] = (MODEL_NAME,),
+                 strict_models: bool = False):
         self.rules = list(rules or [])
+        self.models = tuple(models)
+        self.strict_models = strict_models
         self.default_reply = default_reply
+        self.responder = responder
         self.latency_s = latency_s
         self.stall_s = 0.0
         self.garbage = False
@@ -85,7 +95,7 @@ class ScriptedJudge:
         self.answered = 0  # completions answered 200
         self.prompts: deque[str] = deque(maxlen=10000)  # the latest prompts received (tests inspect them)
         self.bodies: deque[dict[str, Any]] = deque(maxlen=100)  # the latest request bodies
-        self.last_authorization: str | None = None  # the Authorization header of the latest request
+        self.last_authorization: str | None = None  # the Authorization header of the latest request (any route)
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
 
@@ -100,6 +110,8 @@ class ScriptedJudge:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def reply_for(self, prompt: str) -> str:
+        if self.responder is not None:
+            return self.responder(prompt)
         for rule in self.rules:
             if all(s in prompt for s in rule.contains):
                 return rule.reply
@@ -135,6 +147,10 @@ class ScriptedJudge:
             status = self.fail_next.popleft()
             return web.json_response({"error": {"message": f"scripted failure {status}"}}, status=status,
                                      headers={"Retry-After": "0"} if status == 429 else None)
+        model = str(body.get("model", ""))
+        if self.strict_models and model not in self.models:
+            return web.json_response({"object": "error", "type": "NotFoundError", "code": 404,
+                                      "message": f"The model `{model}` does not exist."}, status=404)
         delay = self.stall_s or self.latency_s
         if delay:
             await asyncio.sleep(delay)
@@ -143,7 +159,7 @@ class ScriptedJudge:
         self.bodies.append(body)
         text = "Thinking about it... the answer is unclear." if self.garbage else self.reply_for(prompt)
         self.answered += 1
-        return str(body.get("model", MODEL_NAME)), text
+        return model, text
 
     async def _chat(self, request: web.Request) -> web.Response:
         got = await self._answer(request)
@@ -169,8 +185,10 @@ class ScriptedJudge:
                                                "content": [{"type": "output_text", "text": text, "annotations": []}]}],
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}), content_type="application/json")
 
-    async def _models(self, _: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
+    async def _models(self, request: web.Request) -> web.Response:
+        self.last_authorization = request.headers.get("Authorization")
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "verigym"}
+                                                              for m in self.models]})
 
 
 TABLE_NAME = "scripted_judge.yaml"
@@ -188,10 +206,12 @@ async def example_judges(env_name: str, env_cls: Any, folder: Path) -> AsyncIter
     if not table.is_file():
         raise FileNotFoundError(f"{table} is missing: a judged environment's example rows run against a "
                                 "scripted judge answering from it (see servers/scripted_judge.py)")
-    judge = ScriptedJudge.from_table(table)
-    url = await judge.start()
     configured = (yaml.safe_load((folder / "config.yaml").read_text()) or {}) if (folder / "config.yaml").is_file() else {}
     known = set(configured.get("judges") or {})
+    models = {MODEL_NAME} | {str(configured["judges"][name]["model"]) for name in known
+                             if isinstance(configured["judges"][name], dict) and "model" in configured["judges"][name]}
+    judge = ScriptedJudge.from_table(table, models=tuple(sorted(models)))
+    url = await judge.start()
     names = set(getattr(env_cls, "judge_names", ("judge",))) | known
     try:
         # Configured judges keep their model, API and sampling (the request shape is tested too).
@@ -208,16 +228,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="0 = a free port (the printed URL says which)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before every answer")
     parser.add_argument("--reply", help="the reply when no rule matches (overrides the table's default)")
+    parser.add_argument("--model", action="append", dest="models", metavar="NAME",
+                        help=f"a model name it serves (repeatable; default {MODEL_NAME!r}): a judge configured "
+                             "with another is not ready and its calls answer 404, as with a real server")
     args = parser.parse_args(argv)
-    judge = ScriptedJudge.from_table(args.table) if args.table else ScriptedJudge()
+    models = tuple(args.models or (MODEL_NAME,))
+    # By hand it behaves as a real server would: another model name is a 404, not an answer.
+    judge = (ScriptedJudge.from_table(args.table, models=models, strict_models=True) if args.table
+             else ScriptedJudge(models=models, strict_models=True))
     if args.reply is not None:
         judge.default_reply = args.reply
     judge.latency_s = args.latency_ms / 1000
 
     async def serve() -> None:
         await judge.start(args.host, args.port)
-        print(f"scripted judge on http://{args.host}:{judge.port}/v1 (chat/completions, responses, models); "
-              "Ctrl-C stops it", flush=True)
+        print(f"scripted judge on http://{args.host}:{judge.port}/v1 (chat/completions, responses, models), "
+              f"serving {', '.join(judge.models)}; Ctrl-C stops it", flush=True)
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)

@@ -5,6 +5,9 @@ test process."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import psutil
 
 
@@ -21,3 +24,29 @@ def sandbox_pids(uid: int | None) -> set[int]:
         except psutil.NoSuchProcess:
             continue
     return pids
+
+
+def host_has(path: Path) -> bool:
+    """Whether ``path`` exists on the host.
+
+    Unprivileged, the test cannot search a folder such as ``/root`` (0700 on a stock machine):
+    ``Path.exists`` raises ``PermissionError``. The sandboxed program runs as this same user, so
+    nothing it wrote can be in a folder this user cannot even search.
+    """
+    try:
+        return path.exists()
+    except PermissionError:
+        return False
+
+
+def uid_inside(sandbox) -> int:
+    """The uid a sandbox's programs see: its own uid as root; unprivileged, the user namespace
+    maps the caller's uid to itself."""
+    return sandbox.uid if sandbox.uid is not None else os.getuid()
+
+
+def tmp_entries_of_binds(sandbox) -> list[str]:
+    """What a sandbox's own /tmp shows before any run: the top folders of the read-only binds
+    that live under /tmp (an interpreter or venv installed there, as a user's may be)."""
+    return sorted({Path(root).relative_to("/tmp").parts[0] for root in sandbox.layout.python.roots
+                   if root.startswith("/tmp/")})

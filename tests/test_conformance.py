@@ -14,6 +14,7 @@ from servers.client import EnvClient
 from servers.examples import check_http, check_inprocess, example_config, load_examples
 from servers.scripted_judge import example_judges
 from servers.service import EnvService
+from tests.podman_access import skip_unless_root_podman
 
 ENVIRONMENTS = sorted(registry.discover())
 
@@ -48,8 +49,11 @@ def test_folder_layout(name):
 @pytest.fixture
 async def judge_overrides(name):
     """Judged environments (needs "judge"): a scripted judge answering from the folder's
-    data/scripted_judge.yaml, and the config overrides pointing the environment at it."""
+    data/scripted_judge.yaml, and the config overrides pointing the environment at it.
+    Container environments' rows need root's Podman (tests/podman_access.py)."""
     entry = registry.get(name)
+    if "container" in getattr(entry.load_class(), "needs", ()):
+        skip_unless_root_podman(f"{name}'s example rows (in instance containers)")
     async with example_judges(name, entry.load_class(), entry.folder) as overrides:
         yield {**example_config(entry.folder), **overrides}  # + data/example_config.yaml, when present
 

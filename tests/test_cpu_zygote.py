@@ -33,8 +33,9 @@ async def main():
     try:
         await slow
         out["timeout"] = False
-    except CpuTimeout:
+    except CpuTimeout as exc:
         out["timeout"] = True
+        out["sleep_cpu_s"] = exc.cpu_s  # waiting is not work: the deadline says whose fault it was
     started = time.monotonic()
     out["after"] = await pool.run(operator.mul, 7, 6)
     out["replacement_s"] = time.monotonic() - started
@@ -46,6 +47,10 @@ async def main():
     out["replaced_parent"] = [parent_of(pid) for pid in after if pid not in before]
     out["zygote"] = zygote.pid
     out["alive"] = pool.alive
+    try:
+        await pool.run(sum, range(10 ** 12), timeout=1.0)
+    except CpuTimeout as exc:
+        out["spin_cpu_s"] = exc.cpu_s
     await pool.close()
     print(json.dumps(out))
 
@@ -60,3 +65,5 @@ def test_pool_workers_fork_from_the_zygote_and_a_deadline_kill_replaces_only_one
     assert out["add"] == 5 and out["fast"] == [0, 3, 6, 9, 12] and out["after"] == 42
     assert out["parents"] == [out["zygote"]] * 2  # forked by the zygote, not fresh interpreters
     assert out["timeout"] and out["kept"] == 1 and out["replaced_parent"] == [out["zygote"]] and out["alive"]
+    # CpuTimeout.cpu_s: the CPU the killed worker spent (a sleeping call none; a spinning one some)
+    assert out["sleep_cpu_s"] is not None and out["sleep_cpu_s"] < 0.2 and out["spin_cpu_s"] > 0

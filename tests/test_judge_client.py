@@ -22,7 +22,8 @@ def yes_no(text: str) -> bool | None:
 @pytest.fixture
 async def scripted():
     judge = ScriptedJudge([Rule(("is the sky blue",), "<think>Maybe [[NO]]?</think>Clearly. [[YES]]"),
-                           Rule(("is grass red",), "No, it is green.\n[[NO]]")], "no verdict here")
+                           Rule(("is grass red",), "No, it is green.\n[[NO]]")], "no verdict here",
+                          models=("judge-model",))
     await judge.start()
     yield judge
     await judge.stop()

@@ -1,8 +1,10 @@
 """math served as ``envs serve`` runs it (CPU pool forked from the zygote), under a burst of
 verifications that pass their deadline mixed with ordinary ones:
 
-* every reply that passed the deadline carries failure class ``timeout`` and
-  ``instance_config.mask_sample`` — never a reward a trainer would learn from;
+* an answer that burns the CPU until the deadline scores 0 (``scored_by: deadline``): its cost is
+  the answer's, never a masked sample a wrong answer could hide in (issue 26);
+* a call that passes the deadline without the CPU (workers frozen: an overloaded machine) carries
+  failure class ``timeout`` and ``instance_config.mask_sample`` — never a reward a trainer would learn from;
 * every other reply scores exactly what the example file expects;
 * a deadline kill replaces only the worker that ran the slow call, and the server's
   (gold, answer) result cache lives in the server process: with every pool worker frozen, an
@@ -45,7 +47,7 @@ async def test_deadline_replies_are_masked_and_caches_survive_a_worker_kill():
     symbolic = _row("\\sqrt{2}", "So \\boxed{2^{1/2}}.")
     slow = _row("(x+1)^{3000}", "\\boxed{(x+2)^{2999}}")  # ~20 s of sympy
     (child,) = await spawn_servers(["math"], workers=1, echo_output=False,
-                                   overrides=["cpu_workers=2", "cpu_task_timeout_s=4"])
+                                   overrides=["cpu_workers=2", "cpu_task_timeout_s=4", "deadline_cpu_share=0.1"])
     frozen: list[int] = []
     try:
         async with aiohttp.ClientSession() as http:
@@ -63,9 +65,9 @@ async def test_deadline_replies_are_masked_and_caches_survive_a_worker_kill():
             burst = [slow] * 4 + examples * 2
             replies = await asyncio.gather(*(verify(row) for row in burst))
             slow_replies, example_replies = replies[:4], replies[4:]
-            for status, reply in slow_replies:
-                assert status == 200 and reply["_ng_failure_class"] == "timeout", reply
-                assert reply["instance_config"]["mask_sample"] is True and reply["reward"] == 0.0
+            for status, reply in slow_replies:  # (before issue 26: failure class timeout, masked)
+                assert status == 200 and "_ng_failure_class" not in reply, reply
+                assert reply["reward"] == 0.0 and reply["scored_by"] == "deadline"
             problems = [p for row, (status, reply) in zip(examples * 2, example_replies)
                         for p in compare(row[EXPECTED_KEY], status, reply)]
             assert not problems, problems
@@ -86,6 +88,10 @@ async def test_deadline_replies_are_masked_and_caches_survive_a_worker_kill():
                 os.kill(pid, signal.SIGSTOP)
             status, again = await verify(symbolic)
             assert status == 200 and again["reward"] == 1.0 and "_ng_failure_class" not in again
+            # ...while an uncached pair waits on a frozen worker, which uses no CPU: infrastructure, masked
+            status, starved = await verify(_row("\\sqrt{3}", "So \\boxed{3^{1/2}}."))
+            assert status == 200 and starved["_ng_failure_class"] == "timeout", starved
+            assert starved["instance_config"]["mask_sample"] is True
     finally:
         for pid in frozen:
             try:

@@ -45,13 +45,15 @@ def cmd_blends(_: argparse.Namespace) -> int:
 def cmd_data_prep(args: argparse.Namespace) -> int:
     from trainer.blends import BlendError
     from trainer.data_prep import DataPrepError, prep_blend
+    from trainer.placeholders import PlaceholderError, local_sources_from_cli
 
     out = _data_dir(args)
     try:
         result = prep_blend(args.blend, out, sample=args.sample, force=args.force,
                             input_path=Path(args.input) if args.input else None, skip_invalid=args.skip_invalid,
-                            pass_rates=Path(args.pass_rates) if args.pass_rates else None)
-    except (BlendError, DataPrepError) as exc:
+                            pass_rates=Path(args.pass_rates) if args.pass_rates else None,
+                            placeholder_sources=local_sources_from_cli(args.placeholder_source or []))
+    except (BlendError, DataPrepError, PlaceholderError) as exc:
         print(f"driver data prep: {exc}", file=sys.stderr)
         return 1
     c = result.manifest["counts"]
@@ -93,12 +95,18 @@ def _parse_urls(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from servers.model.loading import ModelLoadError, resolve_source
     from trainer.blends import BlendError, load_blend
     from trainer.data_prep import DataPrepError, prep_blend
     from trainer.rollout.collect import RolloutSettings, format_summary, read_rollouts
     from trainer.rollout.generator import SamplingParams
     from trainer.rollout.task import TaskError, make_tasks, routes_of
 
+    try:
+        args.model = resolve_source(args.model)  # a checkpoint root or its `latest` -> the step (as envs model serve)
+    except ModelLoadError as exc:
+        print(f"driver rollout: --model {exc}", file=sys.stderr)
+        return 1
     try:
         blend = load_blend(args.blend)
         split_file = Path(args.input) if args.input else DEFAULT_DATA_ROOT / blend.name / f"{args.split}.jsonl"
@@ -115,7 +123,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         print(f"driver rollout: {split_file} has no rows", file=sys.stderr)
         return 1
     try:  # the routes data prep wrote beside the split; a file of its own is routed as data prep would
-        tasks = make_tasks(rows, routes_of(split_file.parent) or blend.routes())
+        tasks = make_tasks(rows, routes_of(split_file.parent, blend.default_env) or blend.routes())
     except TaskError as exc:
         raise UsageError(f"{split_file}: {exc}") from None
     output = Path(args.output) if args.output else Path("runs") / f"rollouts_{blend.name}_{args.split}.jsonl"
@@ -199,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pass-rates", metavar="FILE",
                    help="per-prompt pass rates written by `driver rollout --split train` (<output>_pass_rates.jsonl): "
                         "set on the train rows for the blend's curriculum (max_pass_rate, sort_by_difficulty)")
+    p.add_argument("--placeholder-source", action="append", metavar="NAME=PATH",
+                   help="a local copy of a placeholder source dataset (rlvr blends: DAPO-Math-17k, Skywork-OR1) instead "
+                        "of the hub: NAME is dapo, skywork, the hub id or a blend's dataset name; PATH a JSONL or "
+                        "parquet file of the source's split, or its downloaded folder (repeatable)")
     p.set_defaults(func=cmd_data_prep)
 
     p = sub.add_parser("rollout", help="generate K responses per prompt and score them on the env servers",
@@ -211,7 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="only the first N prompts")
     p.add_argument("--output", help="rollout JSONL (default runs/rollouts_BLEND_SPLIT.jsonl)")
     p.add_argument("--env-url", action="append", metavar="NAME=URL", help="use a running server for NAME (repeatable)")
-    p.add_argument("--model", default="tiny", help="policy.model_name: 'tiny' or a local model path (default tiny)")
+    p.add_argument("--model", default="tiny",
+                   help="policy.model_name: 'tiny', a Hugging Face folder, a run's checkpoints folder or its "
+                        "checkpoints/latest (the newest step), or a hub id (default tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)

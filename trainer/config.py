@@ -334,6 +334,11 @@ def _check_keys(model: type[BaseModel], data: Any, path: str) -> None:
     for key, value in data.items():
         if key not in fields:
             where = f"{path}.{key}" if path else key
+            from trainer.recipe_names import renamed_within
+
+            renamed = renamed_within(where, value, "local")
+            if renamed:  # a Nemotron recipe spelling: say the key it is here, not a near spelling
+                raise ConfigError(f"unknown config key {where!r}: {renamed}")
             from trainer.nemo_rl.schema import is_nemo_rl_key
 
             if is_nemo_rl_key(where):  # a real NeMo-RL key (a stage preset's) this engine cannot act on

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import orjson
-from tqdm import tqdm
 
 from trainer import env_catalog
 from trainer.blends import Blend, Source
 from trainer.curriculum import SOURCE_KEY, attach_pass_rates, read_pass_rates, row_key
 from trainer.env_catalog import EnvCatalog
-from trainer.placeholders import PLACEHOLDER_KEY, PlaceholderError, SourceTables, resolve_row
+from trainer.placeholders import PLACEHOLDER_KEY, PlaceholderError, PlaceholderSourceError, SourceTables, resolve_row
+from trainer.progress import progress
 from trainer.reasoning_control import apply_reasoning_control
 
 PREP_VERSION = 3  # 2: rows validated by the environment's own row model (envs validate), routes in the manifest;
@@ -48,6 +48,10 @@ VALIDATE_CHUNK = 20_000  # rows per `envs validate` call: one child process each
 
 class DataPrepError(RuntimeError):
     pass
+
+
+class SourceUnavailable(DataPrepError):
+    """A source (a hub file, a placeholder dataset) cannot be read here: offline, or not downloaded."""
 
 
 @dataclass
@@ -77,6 +81,15 @@ class PrepOptions:
     skip_invalid: bool = False
     progress: bool = True
     pass_rates: Path | None = None  # per-prompt pass rates from `driver rollout` (trainer/curriculum.py)
+    # local copies of placeholder source datasets, {dataset name: file}, over the blend's local_sources
+    placeholder_sources: dict[str, str] = field(default_factory=dict)
+
+    def request(self) -> dict[str, Any]:
+        """What was asked for, with absolute paths: the manifest keeps it, so `driver run` can
+        redo this prep with the same choices (trainer/prepared_data.py)."""
+        return {"input": str(self.input.resolve()) if self.input else None, "sample": self.sample,
+                "skip_invalid": self.skip_invalid, "pass_rates": str(self.pass_rates.resolve()) if self.pass_rates else None,
+                "placeholder_sources": {k: str(Path(v).resolve()) for k, v in self.placeholder_sources.items()}}
 
 
 @dataclass
@@ -136,7 +149,7 @@ def _hub_file(source: Source) -> Path:
                                     revision=source.hub.revision))
     except (LocalEntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, OSError) as exc:
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        raise DataPrepError(
+        raise SourceUnavailable(
             f"cannot get {source.label()} ({type(exc).__name__}: {reason}). Offline? Pass --input FILE (or a folder "
             f"holding {Path(source.hub.file).name}), or --data-dir with a prepared blend, or set HF_HUB_OFFLINE=1 "
             "with the file in the Hugging Face cache (download it once with `hf download "
@@ -293,7 +306,9 @@ def _fingerprint(blend: Blend, inputs: dict[str, str], opts: PrepOptions) -> str
     blend_text = Path(blend.path).read_text() if blend.path else blend.model_dump_json()
     payload = json.dumps({"v": PREP_VERSION, "blend": blend_text, "inputs": inputs, "sample": opts.sample,
                           "skip_invalid": opts.skip_invalid,
-                          **({"pass_rates": sha256_file(opts.pass_rates)} if opts.pass_rates else {})}, sort_keys=True)
+                          **({"pass_rates": sha256_file(opts.pass_rates)} if opts.pass_rates else {}),
+                          **({"placeholder_sources": opts.placeholder_sources} if opts.placeholder_sources else {})},
+                         sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -303,7 +318,21 @@ def _write(path: Path, rows: list[Loaded]) -> None:
             fh.write(orjson.dumps(r.row) + b"\n")
 
 
+def _check_given_files(opts: PrepOptions) -> None:
+    """Files named on the command line exist, before anything is read or downloaded."""
+    if opts.input is not None and not opts.input.exists():
+        raise DataPrepError(f"--input {opts.input} does not exist: give the local copy of the blend's file "
+                            "(or a folder holding it)")
+    if opts.pass_rates is not None and not opts.pass_rates.is_file():
+        raise DataPrepError(f"--pass-rates {opts.pass_rates} does not exist: `driver rollout --blend BLEND --split "
+                            "train --output OUT.jsonl` writes OUT_pass_rates.jsonl (it prints the path)")
+    for name, path in opts.placeholder_sources.items():
+        if not Path(path).exists():
+            raise DataPrepError(f"--placeholder-source {name}={path}: {path} does not exist")
+
+
 def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
+    _check_given_files(opts)
     out = opts.output
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="verigym-prep-"))
@@ -330,20 +359,25 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
 
     resolved = 0
     if blend.placeholders.resolve:
-        tables = SourceTables(blend.placeholders.local_sources)
+        tables = SourceTables({**blend.placeholders.local_sources, **opts.placeholder_sources})
         pending = [r for r in loaded if PLACEHOLDER_KEY in r.row]
-        for r in tqdm(pending, desc="resolve placeholders", unit="row", disable=not opts.progress or not pending):
-            try:
-                r.row = resolve_row(r.row, tables.fetch)
-                resolved += 1
-            except PlaceholderError as exc:
-                rejected.append(Rejected(r.source, r.line, f"placeholder: {exc}", r.row))
+        with progress(len(pending), desc="resolve placeholders", unit="row",
+                      enabled=opts.progress and bool(pending)) as bar:
+            for r in pending:
+                try:
+                    r.row = resolve_row(r.row, tables.fetch)
+                    resolved += 1
+                except PlaceholderSourceError as exc:
+                    raise SourceUnavailable(f"{exc} ({len(pending)} placeholder rows need it)") from None
+                except PlaceholderError as exc:
+                    rejected.append(Rejected(r.source, r.line, f"placeholder: {exc}", r.row))
+                bar.update(1)
 
     validator = RowValidator(blend)
     bad_ids = {id(r.row) for r in rejected}
     candidates = [r for r in loaded if id(r.row) not in bad_ids]
     valid: list[Loaded] = []
-    with tqdm(total=len(candidates), desc="validate", unit="row", disable=not opts.progress) as bar:
+    with progress(len(candidates), desc="validate", unit="row", enabled=opts.progress) as bar:
         for start_at in range(0, len(candidates), VALIDATE_CHUNK):
             chunk = candidates[start_at:start_at + VALIDATE_CHUNK]
             for r, reason in zip(chunk, validator.check_all([r.row for r in chunk])):
@@ -402,6 +436,7 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
         "blend": blend.name, "blend_file": blend.path, "prep_version": PREP_VERSION, "fingerprint": fingerprint,
         "sources": [{"source": label, "file": str(files[label]), "sha256": digest} for label, digest in inputs.items()],
         "placeholder_sources": tables.describe() if blend.placeholders.resolve else {},
+        "request": opts.request(),
         "options": {"sample": sample, "skip_invalid": opts.skip_invalid, "input": str(opts.input) if opts.input else None,
                     "split": blend.split.model_dump(), "curriculum": blend.curriculum.model_dump(),
                     "weights": blend.weights, "low_effort": blend.low_effort.model_dump(),
@@ -422,9 +457,11 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
 
 
 def prep_blend(blend_name: str, output: Path, *, sample: int | None = None, force: bool = False,
-               input_path: Path | None = None, skip_invalid: bool = False, pass_rates: Path | None = None) -> PrepResult:
-    """``driver data prep`` by blend name (also what ``driver run`` calls before training)."""
+               input_path: Path | None = None, skip_invalid: bool = False, pass_rates: Path | None = None,
+               placeholder_sources: dict[str, str] | None = None) -> PrepResult:
+    """``driver data prep`` by blend name."""
     from trainer.blends import load_blend
 
     return prepare(load_blend(blend_name), PrepOptions(output=output, sample=sample, force=force, input=input_path,
-                                                       skip_invalid=skip_invalid, pass_rates=pass_rates))
+                                                       skip_invalid=skip_invalid, pass_rates=pass_rates,
+                                                       placeholder_sources=dict(placeholder_sources or {})))

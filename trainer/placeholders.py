@@ -51,6 +51,36 @@ class PlaceholderError(ValueError):
     pass
 
 
+class PlaceholderSourceError(RuntimeError):
+    """A source dataset cannot be loaded (offline, not in the cache, a bad local copy): every
+    placeholder row of it fails alike, so this ends the prep with one line, not a row each."""
+
+
+# Short names a user may give on the command line (``--placeholder-source dapo=FILE``).
+ALIASES: dict[str, PlaceholderSource] = {"dapo": _DAPO, "skywork": _SKYWORK}
+
+
+def local_sources_from_cli(pairs: list[str]) -> dict[str, str]:
+    """``["dapo=FILE", "Skywork/Skywork-OR1-RL-Data=DIR", "nano_v3_..._dapo17k=FILE"]`` ->
+    ``{dataset name: path}`` for every blend dataset name the key stands for: a short name
+    (dapo, skywork), the source's hub id, or one dataset name as the blends spell it."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, path = pair.partition("=")
+        if not sep or not key or not path:
+            raise PlaceholderError(f"--placeholder-source {pair!r}: expected NAME=PATH, e.g. dapo=./DAPO-Math-17k.parquet")
+        if key in SOURCES:
+            names = [key]
+        else:
+            source = ALIASES.get(key.lower()) or next((s for s in SOURCES.values() if s.repo == key), None)
+            if source is None:
+                known = sorted({*ALIASES, *(s.repo for s in SOURCES.values()), *SOURCES})
+                raise PlaceholderError(f"--placeholder-source {key!r}: not a placeholder source; one of {', '.join(known)}")
+            names = [name for name, s in SOURCES.items() if s == source]
+        out.update({name: path for name in names})
+    return out
+
+
 def nested(record: Any, path: tuple[str | int, ...]) -> Any:
     for key in path:
         if isinstance(record, dict):
@@ -137,13 +167,23 @@ class SourceTables:
 
         source = SOURCES[name]
         path = self.local.get(name)
-        if path is None:
-            return datasets.load_dataset(source.repo, split=source.split)
-        if path.endswith((".jsonl", ".json")):
-            return datasets.load_dataset("json", data_files=path, split="train")
-        if path.endswith(".parquet"):
-            return datasets.load_dataset("parquet", data_files=path, split="train")
-        return datasets.load_dataset(path, split=source.split)
+        alias = next(a for a, s in ALIASES.items() if s == source)
+        try:
+            if path is None:
+                return datasets.load_dataset(source.repo, split=source.split)
+            if path.endswith((".jsonl", ".json")):
+                return datasets.load_dataset("json", data_files=path, split="train")
+            if path.endswith(".parquet"):
+                return datasets.load_dataset("parquet", data_files=path, split="train")
+            return datasets.load_dataset(path, split=source.split)
+        except Exception as exc:  # noqa: BLE001 - datasets raises ConnectionError, FileNotFoundError, its own types
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            where = f"the local copy {path}" if path else f"hf://{source.repo} (split {source.split})"
+            raise PlaceholderSourceError(
+                f"cannot load placeholder source {name} from {where} ({type(exc).__name__}: {reason}). Offline? "
+                f"Pass --placeholder-source {alias}=FILE (a JSONL or parquet copy of {source.repo}'s "
+                f"{source.split} split, or its downloaded folder), or set HF_DATASETS_OFFLINE=1 with it in the "
+                "Hugging Face cache") from None
 
     def describe(self) -> dict[str, str]:
         return {name: self.local.get(name, f"hf://{SOURCES[name].repo}:{SOURCES[name].split}") for name in self._tables}

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,12 @@ from typing import Any
 from trainer.blends import BlendError
 from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
 from trainer.data_prep import DataPrepError
-from trainer.env_catalog import installed
-from trainer.rollout.task import MANIFEST, Routes, Task, TaskError, make_tasks, read_rows, routes_of
+from trainer.rollout.task import MANIFEST, Routes, Task, TaskError, agent_name, make_tasks, routes_of
+
+
+# Threads a local run holds at once, measured for the tiny recipe (Ray's local cluster with one
+# generator, two environment servers): 340-360. A user's RLIMIT_NPROC counts them all.
+LOCAL_RUN_THREADS = 400
 
 
 def add_parser(subparsers: Any) -> None:
@@ -28,9 +33,13 @@ def add_parser(subparsers: Any) -> None:
         epilog="Outputs in logger.log_dir: metrics.jsonl, reward_curve.png, summary.json, config.yaml, checkpoints/ "
                "(rerunning the same command resumes from the latest checkpoint).")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotlist config overrides")
-    p.add_argument("-c", "--config", default="tiny", help="config name in trainer/configs/ or a YAML path (default: tiny)")
+    p.add_argument("-c", "--config", default="tiny",
+                   help="config name in trainer/configs/ or a YAML path (default: tiny); the Nemotron recipe's names "
+                        "work too: rlvr1|rlvr2|rlvr3 (= -c rlvr --blend rlvrN), small, test")
     p.add_argument("--blend", default=None, help="blend name (blends/<name>.yaml); sets data.blend")
-    p.add_argument("--data-dir", default=None, help="prepared data folder (default: data/<blend>)")
+    p.add_argument("--data-dir", default=None,
+                   help="prepared data folder (default: data/<blend>): a folder `driver data prep` wrote is used with "
+                        "that prep's choices (--input, --skip-invalid, ...), redone only when the blend or inputs change")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config and the plan, start nothing")
     p.add_argument("--no-resume", action="store_true", help="ignore existing checkpoints in the log dir")
     p.add_argument("--backend", choices=["local", "nemo-rl"], default="local",
@@ -47,35 +56,51 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False) -> tuple[list[Task], list[Task], list[str]]:
-    """The train and validation tasks, routed by the routes data prep wrote (trainer.rollout.task),
-    and the environments they need.
+def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False
+               ) -> tuple[list[Task], list[Task], list[str], str]:
+    """The train and validation tasks (trainer.rollout.task: each row routed once, by the routes
+    data prep wrote), the environments they need, and a line saying where the rows come from.
 
     A dry run never prepares data (that may download the blend): it reads what is prepared, or
     returns no tasks and lets the plan say how to prepare them. Files given with
-    ``data.train_data_path`` use the manifest beside them when there is one, else the agent names
-    the installed environments declare (what data prep routes by)."""
+    ``data.train_data_path`` use the manifest beside them when there is one, else they are routed
+    as data prep routes (:func:`_file_routes`)."""
+    def read(path: Path, what: str) -> list[dict[str, Any]]:
+        if not path.is_file():
+            raise ConfigError(f"{what} {path} does not exist")
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as exc:
+                    raise ConfigError(f"{path}:{number}: not a JSON row ({exc})") from None
+        return rows
+
     if cfg.data.train_data_path:
         train_path = Path(cfg.data.train_data_path)
-        train, val = read_rows(train_path), read_rows(Path(cfg.data.validation_data_path or ""))
-        routes = routes_of(train_path.parent)
-        if routes is None:
-            named = all(isinstance(r.get("env"), str) and r["env"] for r in train + val)
-            routes = Routes() if named else Routes(installed().routes())  # rows naming their env need no catalog
+        train = read(train_path, "data.train_data_path")
+        val = read(Path(cfg.data.validation_data_path), "data.validation_data_path") \
+            if cfg.data.validation_data_path else []
+        note = f"data: {cfg.data.train_data_path}" + (f", {cfg.data.validation_data_path}" if val else "")
+        routes = routes_of(train_path.parent) or _file_routes(cfg, train + val)
     elif cfg.data.blend:
         from trainer.blends import load_blend
-        from trainer.data_prep import prep_blend
+        from trainer.prepared_data import data_for_run
 
-        load_blend(cfg.data.blend)  # an unknown blend is an error even when nothing is prepared yet
+        blend = load_blend(cfg.data.blend)
         out = Path(data_dir) if data_dir else Path("data") / Path(cfg.data.blend).stem
-        if dry_run and not (out / "train.jsonl").is_file():
-            return [], [], []
-        if not dry_run:
-            prep_blend(cfg.data.blend, out)
-        train, val = read_rows(out / "train.jsonl"), read_rows(out / "val.jsonl")
-        routes = routes_of(out)
-        if routes is None:
-            raise ConfigError(f"{out} has no {MANIFEST}: prepare it with `driver data prep --blend {cfg.data.blend}`")
+        if dry_run:
+            if not (out / "train.jsonl").is_file():
+                return [], [], [], ""
+            note = f"data: {out} (as prepared; a run re-checks it against the blend and the inputs it was prepared from)"
+            manifest = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).is_file() else {}
+        else:
+            prepared = data_for_run(blend, out)
+            note, manifest = prepared.note, prepared.manifest
+        train, val = read(out / "train.jsonl", "prepared file"), read(out / "val.jsonl", "prepared file")
+        # a folder without a manifest (rows put there by hand) is routed as data prep would
+        routes = Routes.from_manifest(manifest, blend.default_env) if manifest else blend.routes()
     else:
         raise ConfigError("set data.blend or data.train_data_path")
     if not train:
@@ -84,14 +109,39 @@ def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False) -
         train_tasks, val_tasks = make_tasks(train, routes), make_tasks(val, routes)
     except TaskError as exc:
         raise ConfigError(str(exc)) from None
-    return train_tasks, val_tasks, sorted({t.env for t in train_tasks + val_tasks})
+    return train_tasks, val_tasks, sorted({t.env for t in train_tasks + val_tasks}), note
 
 
-def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:
+def _file_routes(cfg: MasterConfig, rows: list[dict[str, Any]]) -> Routes:
+    """The routes of ``data.train_data_path`` rows, as data prep routes: ``agent_ref.name``
+    through the agent names the installed environments declare (and ``data.blend``'s agent_map
+    when one is set); a row without one may name its environment in ``env``. An agent name no
+    installed environment declares is an error."""
+    agents = {name for r in rows if (name := agent_name(r))}
+    if not agents:
+        return Routes()  # every row names its environment: no catalog to ask
+    from trainer.env_catalog import installed
+
+    declared = dict(installed().routes())
+    if cfg.data.blend:
+        from trainer.blends import load_blend
+
+        declared.update(load_blend(cfg.data.blend).agent_map)
+    unknown = sorted(agents - set(declared))
+    if unknown:
+        raise ConfigError(f"agent_ref.name {unknown[0]!r} in {cfg.data.train_data_path} is no installed environment's "
+                          f"agent name (environments: {', '.join(sorted(set(declared.values())))}); map it with a "
+                          "blend's agent_map (data.blend=...) or prepare the file with `driver data prep`")
+    return Routes(declared)
+
+
+def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int, said: tuple[str, ...] = ()) -> str:
+    """The plan a run prints first; ``said``: lines on top (how -c and the data were read)."""
     g, a = cfg.grpo, cfg.grpo.async_grpo
     mode = (f"async, max_trajectory_age_steps={a.max_trajectory_age_steps}, in_flight_weight_updates={cfg.in_flight_updates}"
             if a.enabled else "synchronous baseline (same engine, max age 0)")
     return "\n".join([
+        *(line for line in said if line),
         f"environments to start: {', '.join(envs) if not cfg.env.urls else 'none (env.urls given: ' + ', '.join(cfg.env.urls) + ')'}",
         f"data: {n_train} train rows, {n_val} validation rows (max_val_samples={g.max_val_samples})",
         f"steps: {g.max_num_steps} ({g.num_prompts_per_step} prompts x {g.num_generations_per_prompt} generations = "
@@ -106,10 +156,41 @@ def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int) -> str:
     ])
 
 
+def _read_recipe_names(args: argparse.Namespace) -> str:
+    """``-c rlvr2`` (a Nemotron recipe config name) -> ``-c rlvr --blend rlvr2``, in ``args``; a
+    stage preset without ``--blend`` on the NeMo-RL backend -> its stage's blend. Returns the line
+    that says so ("" when nothing was read differently). Raises ConfigError."""
+    from trainer.config import CONFIG_DIR
+    from trainer.recipe_names import recipe_config, stage_default_blend
+
+    name = args.config
+    if not (Path(name).exists() or (CONFIG_DIR / f"{name}.yaml").exists()):
+        try:
+            recipe = recipe_config(name, args.blend)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if recipe is not None:
+            args.config, args.blend = recipe.preset, recipe.blend
+            return recipe.said()
+    if args.backend == "nemo-rl" and not args.blend:
+        blend = stage_default_blend(args.config)
+        if blend is not None:
+            args.blend = blend
+            return f"config: -c {args.config} trains on --blend {blend} (the stage's blend; --blend picks another)"
+    return ""
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        recipe_line = _read_recipe_names(args)
+    except ConfigError as exc:
+        print(f"driver run: {exc}", file=sys.stderr)
+        return 2
     if args.backend == "nemo-rl":
         from trainer.nemo_rl.command import run_nemo_rl
 
+        if recipe_line:  # before NeMo-RL's plan, which is written from the preset and blend it names
+            print(recipe_line, flush=True)
         return run_nemo_rl(args)
     overrides = list(args.overrides)
     if args.blend:
@@ -126,9 +207,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides)
         if args.blend and args.config == "tiny" and args.blend != "tiny" and not any(o.startswith("logger.log_dir=") for o in overrides):
             cfg.logger.log_dir = f"runs/{args.blend}"
-        train, val, envs = _load_data(cfg, args.data_dir, dry_run=args.dry_run)
+        train, val, envs, data_line = _load_data(cfg, args.data_dir, dry_run=args.dry_run)
     except (ConfigError, BlendError, DataPrepError) as exc:
-        print(f"driver run: {exc}", file=sys.stderr)
+        print(f"driver run: {recipe_line + '; ' if recipe_line else ''}{exc}", file=sys.stderr)
         return 2
     if args.fleet_file:
         from trainer.launch.fleet_steps import read_fleet_file
@@ -144,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from trainer.launch.submit import LaunchError
 
         if args.dry_run:
-            print(to_yaml(cfg) + "# plan\n" + plan(cfg, envs, len(train), len(val)))
+            print(to_yaml(cfg) + "# plan\n" + plan(cfg, envs, len(train), len(val), (recipe_line, data_line)))
         try:
             return run_engine_on_profile(args, cfg, envs)
         except (ProfileError, LaunchError) as exc:
@@ -161,14 +242,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 2
     if args.dry_run:
         print(to_yaml(cfg))
-        print("# plan\n" + plan(cfg, envs, len(train), len(val)))
+        print("# plan\n" + plan(cfg, envs, len(train), len(val), (recipe_line, data_line)))
         print("\n".join(judge_lines + [f"missing: {p}" for p in judge_problems]))
         if not train and cfg.data.blend:
             out = Path(args.data_dir) if args.data_dir else Path("data") / Path(cfg.data.blend).stem
             print(f"data: {out} is not prepared; a real run prepares it (`driver data prep --blend {cfg.data.blend}`; "
                   "offline: --input FILE, or HF_HUB_OFFLINE=1 with the files in the Hugging Face cache)")
         return 0
-    print(plan(cfg, envs, len(train), len(val)), flush=True)
+    from servers.model.loading import ModelLoadError, resolve_source
+
+    try:  # a run's checkpoints folder or its `latest` -> the step it names (the resolver envs model serve uses)
+        cfg.policy.model_name = resolve_source(cfg.policy.model_name)
+    except ModelLoadError as exc:
+        print(f"driver run: policy.model_name: {exc}", file=sys.stderr)
+        return 2
+    if cfg.cluster.ray_address is None:  # a local Ray: its threads count against a user's RLIMIT_NPROC
+        from servers.process_budget import shortfall
+
+        short = shortfall(LOCAL_RUN_THREADS, "a local run (Ray, the trainer and generator actors, the environment servers)")
+        if short:
+            print(f"driver run: {short}", file=sys.stderr)
+            return 2
+    print(plan(cfg, envs, len(train), len(val), (recipe_line, data_line)), flush=True)
     if judge_lines:
         print("\n".join(judge_lines), flush=True)
     if judge_problems:

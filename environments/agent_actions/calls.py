@@ -9,9 +9,13 @@ Rules
 * numbers compare exactly, in ``Decimal`` (no float overflow or rounding); where the
   expected number is a real (a float, or a string with a point or an exponent) a tolerance
   applies (``math.isclose(rel_tol, abs_tol)`` semantics). Integers stay exact: a relative
-  tolerance would make ids 1234567890 and 1234567891 "equal". A string that parses as a
-  number equals that number ("14" == 14), because models often quote numbers; booleans are
-  not numbers (True != 1);
+  tolerance would make ids 1234567890 and 1234567891 "equal". A string written as a JSON
+  number equals that number ("14" == 14), because models often quote numbers; a string that is
+  not one ("02134", a zip code; "+14"; "1_000") stays text, so an identifier never equals the
+  number its digits spell; booleans are not numbers (True != 1); NaN and Infinity are not
+  numbers, and arguments holding them are not JSON;
+* typed arguments keep their type: where the row's tool declares a parameter's JSON type,
+  a predicted value of another type does not match (:func:`type_problems`);
 * strings compare after whitespace normalisation (``collapse``: trim and squeeze runs of
   whitespace to one space; ``strip``: trim only; ``exact``) and optionally case-folded
   (``text_match="normalized"``, the default), or by a similarity threshold, NeMo-Gym's
@@ -25,17 +29,19 @@ Rules
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from difflib import SequenceMatcher
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterable, Literal
+
+from servers import json_values
 
 Whitespace = Literal["collapse", "strip", "exact"]
 TextMatch = Literal["normalized", "word_overlap", "sequence"]
 _SPACES = re.compile(r"\s+")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")  # RFC 8259's number grammar
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,9 @@ class MatchOptions:
     text_match: TextMatch = "normalized"
     text_threshold: float = 1.0  # for word_overlap / sequence
     numeric_strings: bool = True  # "14" == 14
+    # word_overlap: also |common words| / |predicted words| >= this (0: NeMo-Gym's rule alone). Its
+    # |common| / (|expected| + |got|) >= 0.1 is met by a query stuffed with every plausible keyword.
+    min_word_precision: float = 0.0
 
 
 @dataclass
@@ -79,14 +88,15 @@ class MatchResult:
 
 
 def parse_arguments(raw: Any) -> dict[str, Any] | None:
-    """A call's arguments as a dict; ``None`` if they are not a JSON object."""
+    """A call's arguments as a dict; ``None`` if they are not a JSON object (NaN, Infinity and
+    overflowing numbers are not JSON: servers/json_values.py)."""
     if raw is None or raw == "":
         return {}
     if isinstance(raw, dict):
-        return raw
+        return raw if json_values.non_finite_path(raw) is None else None
     if isinstance(raw, str):
         try:
-            value = json.loads(raw)
+            value = json_values.loads(raw)
         except (ValueError, RecursionError):  # not JSON, an int over 4300 digits, nesting past the stack
             return None
         return value if isinstance(value, dict) else None
@@ -104,7 +114,7 @@ def _number(value: Any) -> Decimal | None:
     try:
         if isinstance(value, (int, float)):
             number = Decimal(value)
-        elif isinstance(value, str) and len(value) <= 100:
+        elif isinstance(value, str) and len(value) <= 100 and _JSON_NUMBER.fullmatch(value.strip()):
             number = Decimal(value.strip())
         else:
             return None
@@ -143,6 +153,13 @@ def word_overlap(expected: str, got: str) -> float:
     return sum((want & have).values()) / total if total else 1.0
 
 
+def word_precision(expected: str, got: str) -> float:
+    """|common words| / |predicted words|: how much of the prediction the expected text accounts for."""
+    want, have = Counter(expected.strip().lower().split()), Counter(got.strip().lower().split())
+    size = sum(have.values())
+    return sum((want & have).values()) / size if size else 1.0
+
+
 def sequence_similarity(expected: str, got: str, threshold: float = 0.0) -> float:
     """``SequenceMatcher`` ratio of the trimmed, LF-normalised texts. Below ``threshold`` the
     cheap upper bounds may be returned instead (the full ratio is quadratic in the length)."""
@@ -162,7 +179,8 @@ def texts_match(expected: str, got: str, options: MatchOptions) -> bool:
     if options.text_match == "word_overlap":
         if len(expected.split()) < 2 or len(got.split()) < 2:
             return expected == got  # NeMo-Gym: one-word values must be identical
-        return word_overlap(expected, got) >= options.text_threshold
+        return word_overlap(expected, got) >= options.text_threshold and \
+            (options.min_word_precision <= 0 or word_precision(expected, got) >= options.min_word_precision)
     if options.text_match == "sequence":
         return sequence_similarity(expected, got, options.text_threshold) >= options.text_threshold
     return _norm_text(expected, options) == _norm_text(got, options)
@@ -213,6 +231,65 @@ def call_problems(expected: Call, predicted: Call, options: MatchOptions) -> lis
     if expected.arguments is None:
         return ["arguments: the expected call's arguments are not a JSON object"]
     return value_problems(expected.arguments, predicted.arguments, options, "arguments")
+
+
+# JSON Schema type names, plus the Python-style names xLAM-style tool specs use ("str", "List[int]").
+_TYPE_ALIASES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array",
+                 "tuple": "array", "dict": "object", "none": "null"}
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer()),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def _type_name(declared: Any) -> str | None:
+    if not isinstance(declared, str):
+        return None
+    name = declared.split(",")[0].strip().lower()  # "str, optional"
+    name = name.split("[")[0]  # "list[int]"
+    name = _TYPE_ALIASES.get(name, name)
+    return name if name in _JSON_TYPES else None
+
+
+def declared_types(tools: Iterable[Any]) -> dict[str, dict[str, frozenset[str]]]:
+    """Per tool name, per top-level parameter: the JSON types the tool's ``parameters`` schema
+    declares (Responses tools ``{name, parameters}`` or Chat tools ``{function: {...}}``);
+    parameters declaring no known type are absent (not checked)."""
+    out: dict[str, dict[str, frozenset[str]]] = {}
+    for tool in tools:
+        spec = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            continue
+        properties = (spec.get("parameters") or {}).get("properties") if isinstance(spec.get("parameters"), dict) else None
+        types: dict[str, frozenset[str]] = {}
+        for key, schema in (properties or {}).items():
+            kind = schema.get("type") if isinstance(schema, dict) else None
+            names = {_type_name(k) for k in (kind if isinstance(kind, list) else [kind])} - {None}
+            if names:
+                types[key] = frozenset(n for n in names if n)
+        out[spec["name"]] = types
+    return out
+
+
+def type_problems(call: Call, declared: dict[str, dict[str, frozenset[str]]]) -> list[str]:
+    """A predicted call's arguments whose JSON type is not the one its tool declares (``"02134"``
+    for a string parameter is not 2134; ``"14"`` for an integer one is not 14). Null values are
+    left to the comparison (an optional argument left at its default)."""
+    types = declared.get(call.name)
+    if not types or not call.arguments:
+        return []
+    out = []
+    for key, value in call.arguments.items():
+        allowed = types.get(key)
+        if allowed and value is not None and not any(_JSON_TYPES[t](value) for t in allowed):
+            out.append(f"arguments.{key}: the tool declares {'/'.join(sorted(allowed))}, got {type(value).__name__} "
+                       f"{value!r}"[:200])
+    return out
 
 
 def _max_matching(edges: list[list[int]], n_right: int) -> list[int | None]:

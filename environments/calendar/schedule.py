@@ -207,12 +207,35 @@ def slot_problems(event: Scheduled, slot: ExpectedSlot) -> list[str]:
     return out
 
 
+def _intermediate(events: list[Scheduled], by_id: dict[str, Scheduled], duplicates: list[str], overlaps: list[str],
+                  slots: dict[str, ExpectedSlot]) -> Grade:
+    """An intermediate turn: the calendar so far. Every event in it must be an expected one (its
+    id), once, with its expected duration and inside its day window, and none overlap; events not
+    scheduled yet and constraints the user may not have stated yet are not required."""
+    problems = [f"event_id repeated: {', '.join(sorted(set(duplicates)))}"] if duplicates else []
+    problems += [f"event {e} is not on the expected calendar" for e in sorted(set(by_id) - set(slots))]
+    for event_id, event in sorted(by_id.items()):
+        slot = slots.get(event_id)
+        if slot is None:
+            continue
+        if event.duration != slot.duration:
+            problems.append(f"event {event_id}: duration {event.duration}, expected {slot.duration}")
+        if event.start < slot.min_time or event.end > slot.max_time:
+            problems.append(f"event {event_id}: {format_time(event.start)}-{format_time(event.end)} is outside "
+                            f"{format_time(slot.min_time)}-{format_time(slot.max_time)}")
+    if overlaps:
+        return Grade(0.0, "conflicting_events", overlaps, events)
+    return Grade(0.0, "constraint_violated", problems, events) if problems else Grade(1.0, "pass", [], events)
+
+
 def grade(text: str, slots: dict[str, ExpectedSlot], *, final_turn: bool = True,
-          allow_no_json_list: bool = False, reject_think: bool = True) -> Grade:
+          allow_no_json_list: bool = False, reject_think: bool = True, intermediate: str = "events") -> Grade:
     """Grade one assistant reply against the expected calendar state.
 
-    ``final_turn=False`` (an intermediate turn of a multi-turn rollout) checks structure only:
-    a well-formed list with no conflicts, because constraints may not have been asked for yet.
+    ``final_turn=False`` (an intermediate turn of a multi-turn rollout): constraints may not have
+    been asked for yet, so ``intermediate="events"`` checks the calendar so far (expected ids,
+    durations, day windows, no overlaps; see ``_intermediate``) and ``"structure"`` only a
+    well-formed list with no conflicts (any one-event list passes it).
     """
     if reject_think and "<think>" in text:
         return Grade(0.0, "think_found", ["the reply contains a <think> block"])
@@ -227,7 +250,7 @@ def grade(text: str, slots: dict[str, ExpectedSlot], *, final_turn: bool = True,
     if problems:
         return Grade(0.0, "malformed_event", problems, events)
     overlaps = conflicts(events)
-    if not final_turn:
+    if not final_turn and intermediate == "structure":
         return Grade(0.0 if overlaps else 1.0, "conflicting_events" if overlaps else "pass", overlaps, events)
     by_id: dict[str, Scheduled] = {}
     duplicates = []
@@ -235,6 +258,8 @@ def grade(text: str, slots: dict[str, ExpectedSlot], *, final_turn: bool = True,
         if event.event_id in by_id:
             duplicates.append(event.event_id)
         by_id[event.event_id] = event
+    if not final_turn:
+        return _intermediate(events, by_id, duplicates, overlaps, slots)
     if len(by_id) != len(slots) or duplicates:
         detail = f"{len(by_id)} distinct events, expected {len(slots)}"
         if duplicates:

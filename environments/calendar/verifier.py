@@ -11,7 +11,7 @@ loop: no CPU pool, thousands of verifications per second.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
@@ -67,6 +67,10 @@ class CalendarConfig(EnvConfig):
                                     "reasoning must not leak into the answer).")
     allow_no_json_list: bool = Field(False, description="A reply with no JSON list passes (NeMo-Gym's 'easy' "
                                      "data-generation mode); false: it scores 0 when events are expected.")
+    intermediate_turn_check: Literal["events", "structure"] = Field(
+        "events", description="Intermediate turns of a multi-turn rollout: events = every scheduled event is an expected "
+        "one with its duration, inside its window, no overlaps; structure = a well-formed list without overlaps only "
+        "(any one-event list passes).")
 
 
 def _final_message_text(response: ResponseObject) -> str | None:
@@ -99,6 +103,6 @@ class CalendarEnvironment(Environment):
             return Verdict(0.0, extras={**extras, "reason": "no_final_message",
                                         "problems": ["the response does not end with a non-empty assistant message"]})
         result = grade(text, row.slots, final_turn=row.final_turn, allow_no_json_list=cfg.allow_no_json_list,
-                       reject_think=cfg.reject_think_tags)
+                       reject_think=cfg.reject_think_tags, intermediate=cfg.intermediate_turn_check)
         extras.update(reason=result.reason, problems=result.problems, scheduled_events=len(result.events))
         return Verdict(result.reward, extras=extras)

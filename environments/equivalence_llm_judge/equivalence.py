@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servers.judge import Judge, check_prompt_template, find_label, judge_messages
+from servers.judge import Judge, ResponseGuard, check_prompt_template, judge_prompt, label_verdict
 
 # NeMo-Gym's prompt_templates/equivalence_llm_judge.txt (STEM grader, [[A=B]] / [[A!=B]]).
 DEFAULT_PROMPT = """===== System role =====
@@ -185,34 +185,41 @@ class EquivalenceOutcome:
     passes: list[JudgePass]
 
 
-async def ask_equal(judge: Judge, s: EquivalenceSettings, kind: str, *, question: str, expected: str,
-                    generated: str) -> JudgePass:
-    prompt = s.judge_prompt_template.format(question=question, expected_answer=expected, generated_answer=generated)
-    labels = {s.judge_equal_label: True, s.judge_not_equal_label: False}
-    answer = await judge.ask(judge_messages(prompt, s.judge_system_message), lambda text: find_label(text, labels))
+async def ask_equal(judge: Judge, s: EquivalenceSettings, kind: str, *, question: str, gold: str, candidate: str,
+                    response_first: bool, guard: ResponseGuard) -> JudgePass:
+    """One pass. The candidate (the policy's text) goes in the CANDIDATE slot, or, for the swap pass
+    (``response_first``), in the GOLD slot; either way it is the untrusted value of the prompt."""
+    slots = ("expected_answer", "generated_answer") if response_first else ("generated_answer", "expected_answer")
+    prompt = judge_prompt(s.judge_prompt_template, label_verdict({s.judge_equal_label: True, s.judge_not_equal_label: False}),
+                          untrusted={slots[0]: candidate}, trusted={"question": question, slots[1]: gold},
+                          system=s.judge_system_message, guard=guard)
+    answer = await judge.ask(prompt.messages, prompt.read)
     return JudgePass(kind, bool(answer.verdict), answer.text, answer.cached)
 
 
 async def judge_equivalence(judge: Judge, s: EquivalenceSettings, *, question: str, expected: str, response_text: str,
-                            record_regex: str | None) -> EquivalenceOutcome:
+                            record_regex: str | None, guard: ResponseGuard = "guarded") -> EquivalenceOutcome:
     """The whole flow of the module docstring. ``response_text`` is the final answer (reasoning
-    removed, not empty); ``record_regex`` the row's ``template_metadata.output_regex``."""
+    removed, not empty); ``record_regex`` the row's ``template_metadata.output_regex``; ``guard``
+    the environment's ``response_guard`` (servers/judge/untrusted.py)."""
     record_regex = record_regex if s.use_per_record_regex else None
     # An over-threshold reference with a per-record regex: judge the whole text, no second pass.
     long_reference = bool(record_regex) and s.extraction_length_threshold is not None \
         and len(expected) > s.extraction_length_threshold
     regex = None if long_reference else (record_regex or s.response_extract_regex)
     generated = extract_last(response_text, regex)
-    first = await ask_equal(judge, s, "first", question=question, expected=expected, generated=generated)
+    first = await ask_equal(judge, s, "first", question=question, gold=expected, candidate=generated,
+                            response_first=False, guard=guard)
     passes = [first]
     reward = 1.0 if first.equal else 0.0
     if first.equal and s.check_twice_swap and not long_reference:
-        swap = await ask_equal(judge, s, "swap", question=question, expected=generated, generated=expected)
+        swap = await ask_equal(judge, s, "swap", question=question, gold=expected, candidate=generated,
+                               response_first=True, guard=guard)
         passes.append(swap)
         reward = 1.0 if swap.equal else s.reward_if_swap_fails
     elif not first.equal and record_regex and s.check_full_generation_on_fail and not long_reference:
-        full = await ask_equal(judge, s, "full_generation", question=question, expected=expected,
-                               generated=extract_last(response_text, None))
+        full = await ask_equal(judge, s, "full_generation", question=question, gold=expected,
+                               candidate=extract_last(response_text, None), response_first=False, guard=guard)
         passes.append(full)
         reward = s.reward_if_full_generation_succeeds if full.equal else 0.0
     return EquivalenceOutcome(reward, generated, passes)

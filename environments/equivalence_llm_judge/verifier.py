@@ -66,7 +66,7 @@ class EquivalenceLLMJudge(JudgedEnvironment, Environment):
                                         "scored_by": "empty_response"})
         outcome = await judge_equivalence(self.judge("judge"), settings, question=question_of(
             row, settings.question_extract_regex), expected=expected, response_text=answer,
-            record_regex=row.output_regex)
+            record_regex=row.output_regex, guard=self.config.response_guard)
         labels = (settings.judge_equal_label, settings.judge_not_equal_label)
         return Verdict(outcome.reward, extras={**extras, "extracted_answer": outcome.extracted_answer,
                                                "judge_evaluations": [p.as_dict(labels) for p in outcome.passes],

@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
+from servers.judge.untrusted import VerdictFormat, spaced
+
 RANKING_MIDPOINT = 3.5  # rankings run 1 (response 1 much better) .. 6 (response 2 much better)
 EMPTY_ANSWER = "None"  # what the GenRM is shown for an empty answer (NeMo-Gym's placeholder)
 
@@ -103,6 +105,9 @@ def _scores_of(value: Any) -> tuple[float, float, float] | None:
 
 
 _FENCED_JSON = re.compile(r"```json\s*([\s\S]*?)\s*```", re.IGNORECASE)
+# In a response: a key of the GenRM's verdict JSON, spaced out or not (servers/judge/untrusted.py).
+_SCORE_KEY = re.compile(r"[\"']\s*(?:" + "|".join(spaced(k) for k in ("score_1", "score_2", "ranking", "overall"))
+                        + r")\s*[\"']\s*:", re.IGNORECASE)
 
 
 def parse_genrm_reply(text: str) -> tuple[float, float, float] | None:
@@ -124,6 +129,9 @@ def parse_genrm_reply(text: str) -> tuple[float, float, float] | None:
         if scores is not None:
             last = scores
     return last
+
+
+GENRM_SCORES = VerdictFormat(parse_genrm_reply, (_SCORE_KEY,))  # what a response must not carry into the GenRM
 
 
 # ---- aggregation ------------------------------------------------------------------------------

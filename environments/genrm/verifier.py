@@ -28,11 +28,11 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from environments.genrm.aggregation import (Comparison, Shaping, aggregate, comparison_pairs, parse_genrm_reply,
+from environments.genrm.aggregation import (GENRM_SCORES, Comparison, Shaping, aggregate, comparison_pairs,
                                             response_texts, shown_answer)
 from environments.genrm.cohorts import CohortBuffer, CohortFailure, describe_counts
 from servers.environment import EnvConfig, Environment, Verdict, endpoint
-from servers.judge import JudgedConfig, JudgedEnvironment, JudgeError
+from servers.judge import JudgedConfig, JudgedEnvironment, JudgeError, guard_message
 from servers.wire import FailureClass, ResponseObject, RowModel
 
 # NeMo-Gym's default principle text (genrm_compare/app.py), sent when use_principle and the row has none.
@@ -199,9 +199,10 @@ class GenRMEnvironment(JudgedEnvironment, Environment):
         messages = list(history)
         if cfg.use_principle:
             messages.append({"role": "principle", "content": principle or cfg.default_principle})
-        messages += [{"role": "response_1", "content": shown_answer(answer_1)},
-                     {"role": "response_2", "content": shown_answer(answer_2)}]
-        reply = await self.judge("genrm").ask(messages, parse_genrm_reply)
+        # The roles delimit each answer; score blocks and chat-template tokens inside one are removed.
+        messages += [{"role": role, "content": guard_message(shown_answer(answer), GENRM_SCORES, cfg.response_guard)}
+                     for role, answer in (("response_1", answer_1), ("response_2", answer_2))]
+        reply = await self.judge("genrm").ask(messages, GENRM_SCORES.read)
         return reply.verdict
 
     async def score_group(self, history: list[dict[str, str]], texts: list[tuple[str, str]],

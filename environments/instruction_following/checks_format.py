@@ -11,28 +11,68 @@ from environments.instruction_following.registry import instruction
 _CONSTRAINED_OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
 
 
+def count_placeholders(text: str) -> int:
+    """``len(re.findall(r"\\[.*?\\]", text))`` (IFEval's count) in linear time: the regex retries
+    every "[" of a line without a "]", quadratic on "[[[[..."."""
+    count, pos = 0, 0
+    while (start := text.find("[", pos)) >= 0:
+        line_end = text.find("\n", start)
+        close = text.find("]", start + 1, line_end if line_end >= 0 else len(text))
+        if close >= 0:
+            count, pos = count + 1, close + 1
+        elif line_end >= 0:
+            pos = line_end + 1  # no later "[" on this line can close either
+        else:
+            break
+    return count
+
+
+def count_bullets(text: str, mark: str) -> int:
+    """IFEval's bullet counts in linear time: ``mark == "*"`` counts
+    ``re.findall(r"^\\s*\\*[^\\*].*$", text, re.M)``, ``"-"`` counts ``r"^\\s*-.*$"``. The regexes'
+    ``\\s*`` runs over blank lines, so every line start of a long blank run rescans it (quadratic on
+    "\\n" * n); here each run is scanned once and shared by the line starts inside it."""
+    count, n, start = 0, len(text), 0
+    while start <= n:
+        end = start
+        while end < n and text[end].isspace():
+            end += 1
+        hit = end < n and text[end] == mark
+        if hit and mark == "*":
+            hit = end + 1 < n and text[end + 1] != "*"
+        if hit:
+            count += 1
+            newline = text.find("\n", end + (2 if mark == "*" else 1))
+        else:
+            newline = text.find("\n", end)  # every line start up to ``end`` fails the same way
+        if newline < 0:
+            break
+        start = newline + 1
+    return count
+
+
 @instruction("detectable_content:number_placeholders")
 def number_placeholders(response: str, *, num_placeholders: int) -> bool:
-    return len(re.findall(r"\[.*?\]", response)) >= num_placeholders
+    return count_placeholders(response) >= num_placeholders
 
 
 @instruction("detectable_content:postscript")
 def postscript(response: str, *, postscript_marker: str) -> bool:
+    # IFEval's bool(re.findall(r"\s*<marker>.*$", ..., re.M)): the marker anywhere. Its leading \s* and
+    # trailing .*$ always match, so they are left out (with them the search is quadratic on whitespace).
     marker = postscript_marker.strip()
     if marker == "P.P.S":
-        pattern = r"\s*p\.\s?p\.\s?s.*$"
+        pattern = r"p\.\s?p\.\s?s"
     elif marker == "P.S.":
-        pattern = r"\s*p\.\s?s\..*$"
+        pattern = r"p\.\s?s\."
     else:
-        pattern = r"\s*" + re.escape(marker.lower()) + r".*$"
-    return bool(re.findall(pattern, response.lower(), flags=re.MULTILINE))
+        pattern = re.escape(marker.lower())
+    return re.search(pattern, response.lower()) is not None
 
 
 @instruction("detectable_format:number_bullet_lists")
 def number_bullet_lists(response: str, *, num_bullets: int) -> bool:
-    stars = re.findall(r"^\s*\*[^\*].*$", response, flags=re.MULTILINE)
-    dashes = re.findall(r"^\s*-.*$", response, flags=re.MULTILINE)
-    return len(stars) + len(dashes) == num_bullets
+    return count_bullets(response, "*") + count_bullets(response, "-") == num_bullets
 
 
 @instruction("detectable_format:constrained_response")
@@ -70,7 +110,13 @@ def json_format(response: str) -> bool:
 
 @instruction("detectable_format:title")
 def title(response: str) -> bool:
-    return any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", response))
+    # IFEval's re.findall(r"<<[^\n]+>>") matches, per line, from the first "<<" to the last ">>";
+    # found here without the regex, which backtracks quadratically on a line of "<<" with no ">>".
+    for line in response.split("\n"):
+        start, end = line.find("<<"), line.rfind(">>")
+        if start >= 0 and end >= start + 3 and line[start:end + 2].lstrip("<").rstrip(">").strip():
+            return True
+    return False
 
 
 @instruction("combination:two_responses")

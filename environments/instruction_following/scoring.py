@@ -1,6 +1,7 @@
 """Strict and loose following, as IFEval's ``evaluation_lib`` defines them.
 
-Strict: the instruction holds on the raw response (an empty response follows nothing).
+Strict: the instruction holds on the raw response (an empty response follows nothing; "empty"
+after removing invisible characters, servers/answer_text.py).
 Loose: it holds on any of 8 variants: the response with its first line, last line or both
 removed, each with and without markdown ``*`` (models wrap answers in a preamble line, an
 outro line or bold markers that an exact checker would trip on).
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from environments.instruction_following.registry import InstructionSpec
+from servers.answer_text import is_blank
 
 
 def loose_variants(response: str) -> list[str]:
@@ -35,11 +37,11 @@ def evaluate(response: str, specs: list[InstructionSpec], bound: list[dict[str, 
     loose: list[bool] = []
     variants: list[str] | None = None  # built only when some strict check fails
     for spec, kwargs in zip(specs, bound):
-        ok = bool(response.strip()) and spec.check(response, kwargs)
+        ok = not is_blank(response) and spec.check(response, kwargs)
         strict.append(ok)
         if not ok:
             if variants is None:
                 variants = loose_variants(response)[1:]
-            ok = any(v.strip() and spec.check(v, kwargs) for v in variants)
+            ok = any(not is_blank(v) and spec.check(v, kwargs) for v in variants)
         loose.append(ok)
     return Outcome(strict, loose)

@@ -9,7 +9,6 @@ fraction followed (``fraction``).
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
@@ -17,6 +16,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from environments.instruction_following.registry import InstructionSpec, bind_all, load_all
 from environments.instruction_following.scoring import evaluate
 from environments.instruction_following.text import warm_language_detector
+from servers.answer_text import strip_think, visible
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
 
@@ -24,7 +24,6 @@ GradingMode = Literal["binary", "fraction"]
 # Names other datasets use for the same two modes.
 _MODE_ALIASES = {"binary": "binary", "all": "binary", "all_or_nothing": "binary", "strict": "binary",
                  "fraction": "fraction", "partial": "fraction", "average": "fraction"}
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 
 def _mode(value: Any) -> str | None:
@@ -39,7 +38,8 @@ def _mode(value: Any) -> str | None:
 class InstructionFollowingConfig(EnvConfig):
     grading_mode: GradingMode = Field("binary", description="binary: 1 if every instruction is followed; fraction: share followed.")
     scoring: Literal["strict", "loose"] = Field("strict", description="Which IFEval variant drives the reward; both are reported.")
-    strip_thinking: bool = Field(True, description="Drop <think>...</think> before checking.")
+    strip_thinking: bool = Field(True, description="Drop <think>...</think> reasoning before checking; a block that "
+                                                   "never closes leaves an empty response (which follows nothing).")
 
 
 class InstructionFollowingRow(RowModel):
@@ -91,11 +91,11 @@ class InstructionFollowing(Environment):
     async def verify(self, row: InstructionFollowingRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: InstructionFollowingConfig = self.config  # type: ignore[assignment]
         text = response.last_message_text
-        if cfg.strip_thinking:
-            text = _THINK.sub("", text)
-            if "</think>" in text:
-                text = text[text.rindex("</think>") + len("</think>"):]
-        outcome = evaluate(text, row._specs, row._bound)
+        if cfg.strip_thinking:  # the shared reading: reasoning that never closes is no answer
+            text = strip_think(text)
+        # Checks read what a reader sees: zero-width and other invisible characters neither make an
+        # empty response non-empty nor split or pad words.
+        outcome = evaluate(visible(text), row._specs, row._bound)
         followed = outcome.strict if cfg.scoring == "strict" else outcome.loose
         mode = row._mode or cfg.grading_mode
         reward = float(all(followed)) if mode == "binary" else sum(followed) / len(followed)

@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from environments.multichallenge.verifier import aggregate
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.judge import (
-    JudgedConfig, JudgedEnvironment, check_prompt_template, final_answer, judge_messages, last_user_text,
+    JudgedConfig, JudgedEnvironment, JudgePrompt, VerdictFormat, check_prompt_template, final_answer, judge_prompt,
+    last_user_text, spaced,
 )
 from servers.wire import ResponseObject, RowModel
 
@@ -122,6 +123,9 @@ class InverseIFConfig(JudgedConfig, EnvConfig):
 _FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 _RESULT_OBJECT = re.compile(r"\{[^{}]*\"result\"\s*:\s*\"(PASS|FAIL)\"[^{}]*\}", re.IGNORECASE)
 _KEYWORD = re.compile(r"\b(PASS|FAIL)\b")
+# In a response: a "result" key, or PASS/FAIL in capitals, spaced out or not (servers/judge/untrusted.py).
+_RESULT_KEY = re.compile(r"[\"']\s*" + spaced("result") + r"\s*[\"']\s*:", re.IGNORECASE)
+_VERDICT_WORD = re.compile(rf"\b(?:{spaced('PASS')}|{spaced('FAIL')})\b")
 
 
 def parse_verdict(text: str) -> tuple[str, str] | None:
@@ -137,10 +141,13 @@ def parse_verdict(text: str) -> tuple[str, str] | None:
         if result in ("PASS", "FAIL"):
             return result, str(parsed.get("explanation", ""))
     for line in reversed(text.strip().splitlines()[-5:]):
-        words = _KEYWORD.findall(line.upper())
+        words = _KEYWORD.findall(line)
         if words:
             return words[-1], ""
     return None
+
+
+PASS_FAIL = VerdictFormat(parse_verdict, (_RESULT_KEY, _VERDICT_WORD))
 
 
 class InverseIFEnvironment(JudgedEnvironment, Environment):
@@ -165,20 +172,20 @@ class InverseIFEnvironment(JudgedEnvironment, Environment):
         prompt = row.prompt or last_user_text(row)
         template = row.judge_prompt_template or cfg.default_judge_prompt_template
         system = row.judge_system_prompt or cfg.default_judge_system_prompt
+        trusted = {"prompt": prompt, "standard_response": row.reference_response or ""}
         evaluations = await asyncio.gather(*(
-            self._judge_criterion(item, template.format(prompt=prompt, model_response=answer,
-                                                        standard_response=row.reference_response or "",
-                                                        criteria=item.criteria), system)
+            self._judge_criterion(item, judge_prompt(template, PASS_FAIL, untrusted={"model_response": answer},
+                                                     trusted={**trusted, "criteria": item.criteria}, system=system,
+                                                     guard=cfg.response_guard))
             for item in rubric))
         scores = [e["score"] for e in evaluations]
         reward = aggregate(cfg.aggregation, scores, [1.0] * len(scores))
         return Verdict(reward, extras={**extras, "num_passed": sum(s == 1.0 for s in scores),
                                        "rubric_evaluations": evaluations, "scored_by": "judge"})
 
-    async def _judge_criterion(self, item: Criterion, prompt: str, system: str) -> dict[str, Any]:
-        reply = await self.judge("judge").ask(judge_messages(prompt, system), parse_verdict)
+    async def _judge_criterion(self, item: Criterion, prompt: JudgePrompt[tuple[str, str]]) -> dict[str, Any]:
+        reply = await self.judge("judge").ask(prompt.messages, prompt.read)
         verdict, explanation = reply.verdict
         return {"criterion_id": item.id, "criteria": item.criteria, "verdict": verdict, "explanation": explanation,
                 "score": 1.0 if verdict == "PASS" else 0.0, "judge_response": reply.text[-2000:],
                 "cached": reply.cached}
-

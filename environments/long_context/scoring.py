@@ -9,6 +9,7 @@ import json
 import re
 import string
 from collections import Counter
+from dataclasses import dataclass
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SPACES = re.compile(r"\s+")
@@ -100,3 +101,68 @@ def ngram_overlap(reasoning: str, source: str, n: int = 16) -> float:
 
 METRICS = {"string_match_all": string_match_all, "string_match_part": string_match_part,
            "exact_match": exact_match, "token_f1": token_f1}
+
+
+# ---- dumping: paid by string_match_all/part, refused by default -------------------------------------
+# RULER's metrics only ask whether each gold string occurs in the answer, so listing every candidate
+# of the haystack (all magic numbers, all VAR names) or echoing the context scores like the answer.
+# NeMo-Gym scores them so (config ``nemo_gym_parity: true``); by default two rules close it.
+
+_SEGMENT = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]+")
+_EDGE = "(?<![A-Za-z0-9])", "(?![A-Za-z0-9])"
+
+
+def gold_shape(gold: str) -> str | None:
+    """A regex (case-sensitive) for strings of the same form as a distinctive gold: one holding a
+    digit (numbers, hashes, UUIDs) or an upper-case code of 3+ letters (RULER's VAR names); None
+    for word-like golds, whose look-alikes are ordinary prose."""
+    gold = gold.strip()
+    if not gold or not (any(c.isdigit() for c in gold) or (gold.isalpha() and gold.isupper() and len(gold) >= 3)):
+        return None
+    parts = []
+    for segment in _SEGMENT.findall(gold):
+        if not segment[0].isalnum():
+            parts.append(re.escape(segment))
+        elif segment.isdigit():
+            parts.append(rf"\d{{{len(segment)}}}")
+        elif segment.isalpha() and segment.isupper():
+            parts.append(f"[A-Z]{{{len(segment)}}}")
+        elif segment.isalpha() and segment.islower():
+            parts.append(f"[a-z]{{{len(segment)}}}")
+        else:
+            parts.append(f"[A-Za-z0-9]{{{len(segment)}}}")
+    return _EDGE[0] + "".join(parts) + _EDGE[1]
+
+
+@dataclass
+class DumpCheck:
+    """How much of an answer is candidates other than the golds (see :func:`candidate_precision`)."""
+
+    precision: float  # golds found / (golds found + other candidates named); 1.0 when nothing to check
+    others: list[str]  # the other candidates the answer names
+
+
+def candidate_precision(prediction: str, golds: list[str], prompt: str, question: str) -> DumpCheck:
+    """Of the candidates an answer names — strings of a distinctive gold's form that occur in the
+    prompt with that form (the haystack's other needles, VAR names...) — the share that are golds.
+    Strings the question itself names are not counted; word-like golds are not checked."""
+    shapes = {shape for shape in map(gold_shape, golds) if shape}
+    if not shapes:
+        return DumpCheck(1.0, [])
+    lowered_golds = {g.strip().lower() for g in golds}
+    question_tokens = {t.lower() for shape in shapes for t in re.findall(shape, question, re.IGNORECASE)}
+    named = {t.lower() for shape in shapes for t in re.findall(shape, prediction, re.IGNORECASE)}
+    suspects = named - lowered_golds - question_tokens
+    if not suspects:
+        return DumpCheck(1.0, [])
+    haystack = {t.lower() for shape in shapes for t in re.findall(shape, prompt)}  # the prompt's own candidates
+    others = sorted(suspects & haystack)
+    found = sum(g.strip().lower() in prediction.lower() for g in golds)
+    if not others:
+        return DumpCheck(1.0, [])
+    return DumpCheck(found / (found + len(others)) if found else 0.0, others)
+
+
+def dump_budget(golds: list[str], min_chars: int, factor: float) -> int:
+    """The longest answer a string-match row pays: ``factor`` times the golds' length, at least ``min_chars``."""
+    return max(min_chars, int(factor * sum(len(g) for g in golds)))

@@ -28,9 +28,12 @@ from environments.equivalence_llm_judge.equivalence import (
 )
 from environments.long_context import scoring
 from environments.long_context.synthetic import generate_rows
+from servers.answer_text import strip_think
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.judge import JudgeConfig, JudgedConfig, JudgedEnvironment, final_answer
 from servers.wire import ResponseObject, RowModel
+
+_QUESTION_CHARS = 1000  # the end of the prompt, where RULER asks its question: strings it names are not dumped
 
 Metric = Literal["string_match_all", "string_match_part", "exact_match", "token_f1", "set_f1", "judge"]
 LC_JUDGE_AGENTS = ("lc_judge_simple_agent",)  # rows from this agent are judged (metric "judge")
@@ -134,6 +137,13 @@ class LongContextConfig(JudgedConfig, EnvConfig):
                               "rows need it (they fail with judge_error); require: 503 until it is reachable.")
     lc_judge: LcJudgeSettings = Field(default_factory=LcJudgeSettings,
                                           description="lc_judge rows: the equivalence judge's prompt, labels, regexes.")
+    nemo_gym_parity: bool = Field(
+        False, description="string_match_all/part exactly as RULER/NeMo-Gym score them: any answer containing the "
+                           "gold strings pays, so listing every candidate or echoing the context pays too. Default "
+                           "(false): reasoning removed, answers past the dump budget score 0, and the score is "
+                           "multiplied by the share of named candidates that are golds.")
+    dump_min_chars: int = Field(400, ge=1, description="A string-match answer may always be this long.")
+    dump_gold_factor: float = Field(8.0, gt=0, description="...or this many times the golds' total length, if longer.")
 
 
 def _input_text(row: LongContextRow) -> str:
@@ -183,6 +193,8 @@ class LongContext(JudgedEnvironment, Environment):
         metric = self.choose_metric(row)
         if metric == "judge":
             return await self._judge(row, response)
+        if metric in ("string_match_all", "string_match_part") and not self.config.nemo_gym_parity:
+            return self._string_match_guarded(row, metric, response)
         if metric != "set_f1":
             golds = row.outputs if row.outputs is not None else row.answers or [row.expected_answer or ""]
             score = scoring.METRICS[metric](answer, golds)
@@ -196,6 +208,27 @@ class LongContext(JudgedEnvironment, Environment):
         return Verdict(reward=reward, extras={"metric": metric, "answer_score": answer_score,
                                               "reasoning_overlap": overlap, "extracted_answer": nodes})
 
+    def _string_match_guarded(self, row: LongContextRow, metric: Metric, response: ResponseObject) -> Verdict:
+        """RULER's string match on the answer without its reasoning, refusing dumps: an answer past
+        the budget scores 0; otherwise the match is multiplied by the share of candidates it names
+        that are golds (``scoring.candidate_precision``)."""
+        cfg = self.config
+        golds = row.outputs if row.outputs is not None else row.answers or [row.expected_answer or ""]
+        answer = strip_think(response.output_text)
+        budget = scoring.dump_budget(golds, cfg.dump_min_chars, cfg.dump_gold_factor)
+        if len(answer) > budget:
+            return Verdict(reward=0.0, extras={"metric": metric, "score": 0.0, "dump": f"the answer has {len(answer)} "
+                                               f"characters, over the budget of {budget} (dump_min_chars, "
+                                               "dump_gold_factor)"})
+        score = scoring.METRICS[metric](answer, golds)
+        prompt = _input_text(row)
+        check = scoring.candidate_precision(answer, golds, prompt, prompt[-_QUESTION_CHARS:]) if score else None
+        extras: dict[str, Any] = {"metric": metric, "score": score}
+        if check is not None and check.others:
+            extras.update(candidate_precision=round(check.precision, 4), other_candidates=check.others[:20])
+            score *= check.precision
+        return Verdict(reward=score, extras=extras)
+
     async def _judge(self, row: LongContextRow, response: ResponseObject) -> Verdict:
         settings = self.config.lc_judge
         expected = row.expected_answer or ""
@@ -205,7 +238,7 @@ class LongContext(JudgedEnvironment, Environment):
                                         "judge_evaluations": [], "scored_by": "empty_response"})
         outcome = await judge_equivalence(self.judge("judge"), settings, question=question_of(
             row, settings.question_extract_regex), expected=expected, response_text=answer,
-            record_regex=row.output_regex)
+            record_regex=row.output_regex, guard=self.config.response_guard)
         labels = (settings.judge_equal_label, settings.judge_not_equal_label)
         return Verdict(outcome.reward, extras={
             "metric": "judge", "expected_answer": expected, "extracted_answer": outcome.extracted_answer,

@@ -22,7 +22,8 @@ from typing import Any
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _ANSWER_LINE = re.compile(
-    r"(?:final\s+answer|answer)\s*(?:is)?\s*[:：]\s*(.+?)\s*$|the\s+final\s+answer\s+is\s*(.+?)\s*$",
+    # the rest of the line, stripped by the caller ((.+?)\s*$ backtracks quadratically on trailing spaces)
+    r"(?:final\s+answer|answer)\s*(?:is)?\s*[:：]\s*(.+)$|the\s+final\s+answer\s+is\s*(.+)$",
     re.IGNORECASE | re.MULTILINE,
 )
 # A number as written in prose: optional sign, thousands groups or digits, decimals, or a/b.
@@ -30,24 +31,38 @@ _PLAIN_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}``/``\\fbox{...}``; None if there is none or it is unclosed."""
-    best_start = -1
-    best_cmd = ""
-    for cmd in _BOX_COMMANDS:
-        pos = text.rfind(cmd)
-        if pos > best_start:
-            best_start, best_cmd = pos, cmd
-    while best_start >= 0:
-        found = _box_content(text, best_start + len(best_cmd))
+    """Content of the last ``\\boxed{...}``/``\\fbox{...}``; None if there is none or it is unclosed.
+
+    Linear in the text: when the last box is unclosed, the braces are matched once (a response of
+    thousands of unclosed ``\\boxed{`` must not cost a scan per box)."""
+    closing: dict[int, int] | None = None
+    for start in reversed([m.end() for m in _BOX_COMMAND.finditer(text)]):
+        found = _box_content(text, start, closing)
         if found is not None:
             return found
-        # "\boxedx" or an unclosed box: look for an earlier one
-        earlier = [(text.rfind(cmd, 0, best_start), cmd) for cmd in _BOX_COMMANDS]
-        best_start, best_cmd = max(earlier)
+        if closing is None:  # "\boxedx" or an unclosed box: earlier ones are looked up in one matching
+            closing = _matching_braces(text)
     return None
 
 
-def _box_content(text: str, i: int) -> str | None:
+_BOX_COMMAND = re.compile("|".join(re.escape(cmd) for cmd in _BOX_COMMANDS))
+_BRACE = re.compile(r"(?<!\\)[{}]")  # "\{" is a literal brace inside sets
+_BARE_ARGUMENT = re.compile(r"[^\s$]+")
+
+
+def _matching_braces(text: str) -> dict[int, int]:
+    """Position of each opening brace -> position of the brace closing it (unclosed ones absent)."""
+    stack: list[int] = []
+    closing: dict[int, int] = {}
+    for m in _BRACE.finditer(text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            closing[stack.pop()] = m.start()
+    return closing
+
+
+def _box_content(text: str, i: int, closing: dict[int, int] | None = None) -> str | None:
     n = len(text)
     while i < n and text[i] == " ":
         i += 1
@@ -57,19 +72,16 @@ def _box_content(text: str, i: int) -> str | None:
         # "\boxed 5" (TeX allows a single-token argument): take up to whitespace / "$".
         if text[i - 1] != " ":
             return None
-        m = re.match(r"[^\s$]+", text[i:])
+        m = _BARE_ARGUMENT.match(text, i)
         return m.group(0) if m else None
+    if closing is not None:
+        end = closing.get(i)
+        return text[i + 1:end] if end is not None else None
     depth = 0
-    for j in range(i, n):
-        ch = text[j]
-        if ch == "\\" and j + 1 < n and text[j + 1] in "{}":
-            continue  # "\{" is a literal brace inside sets; the next char is skipped by depth logic below
-        if ch == "{" and (j == 0 or text[j - 1] != "\\"):
-            depth += 1
-        elif ch == "}" and (j == 0 or text[j - 1] != "\\"):
-            depth -= 1
-            if depth == 0:
-                return text[i + 1:j]
+    for m in _BRACE.finditer(text, i):
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return text[i + 1:m.start()]
     return None
 
 

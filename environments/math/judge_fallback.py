@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field
 
 from servers.environment import Verdict
-from servers.judge import JudgedConfig, JudgedEnvironment, find_label, judge_messages
+from servers.judge import JudgedConfig, JudgedEnvironment, judge_prompt, label_verdict
 
 SYSTEM_MESSAGE = """Act as an impartial judge of mathematical equivalence. You will see a problem \
 and the final answers of two assistants, A and B. Decide whether A's answer is mathematically \
@@ -71,11 +71,14 @@ class MathJudgeFallback(JudgedEnvironment):
             return verdict
         evaluations: list[dict[str, Any]] = []
         equal = True
-        for order, (first, second) in (("expected_first", (gold, extracted)), ("response_first", (extracted, gold))):
-            prompt = cfg.judge_prompt_template.format(question=question, first_answer=first, second_answer=second)
-            reply = await self.judge("judge").ask(
-                judge_messages(prompt, cfg.judge_system_message),
-                lambda text: find_label(text, {cfg.equal_label: True, cfg.not_equal_label: False}))
+        labels = label_verdict({cfg.equal_label: True, cfg.not_equal_label: False})
+        for order, response_slot, gold_slot in (("expected_first", "second_answer", "first_answer"),
+                                                ("response_first", "first_answer", "second_answer")):
+            # The extracted box is the policy's text: fenced and defused like any judged response.
+            prompt = judge_prompt(cfg.judge_prompt_template, labels, untrusted={response_slot: extracted},
+                                  trusted={"question": question, gold_slot: gold}, system=cfg.judge_system_message,
+                                  guard=cfg.response_guard)
+            reply = await self.judge("judge").ask(prompt.messages, prompt.read)
             evaluations.append({"order": order, "equal": reply.verdict, "judge_response": reply.text[-2000:],
                                 "cached": reply.cached})
             if not reply.verdict:

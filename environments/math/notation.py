@@ -100,7 +100,8 @@ _UNIT = r"(?:sq(?:uare)?\s+|cubic\s+|cu\s+)?(?:" + "|".join(sorted(map(re.escape
     r")(?:\^\{?[23]\}?|[²³])?"
 # "<number> <unit>[/<unit> | per <unit>][.]": the value must be a plain number or fraction.
 _NUMBER = r"[+-]?\$?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+|\\frac\{\d+\}\{\d+\}|\d+/\d+)"
-_WITH_UNIT = re.compile(rf"^({_NUMBER})\s*(?:\\[,;: ]|~)?\s*({_UNIT}(?:\s*(?:/|\bper\b)\s*{_UNIT})?)\s*\.?$")
+# (one \s* run on each side of the optional spacing macro: two adjacent \s* backtrack quadratically on spaces)
+_WITH_UNIT = re.compile(rf"^({_NUMBER})\s*(?:(?:\\[,;: ]|~)\s*)?({_UNIT}(?:\s*(?:/|\bper\b)\s*{_UNIT})?)\s*\.?$")
 
 
 def split_plain_unit(s: str) -> tuple[str, str | None]:

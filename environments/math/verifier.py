@@ -18,11 +18,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from environments.math.answer_cost import AnswerCostConfig, CostLimits, costly_answer
 from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
 from environments.math.notation import rewrite_pair
 from environments.math.judge_fallback import MathJudgeConfig, MathJudgeFallback
 from environments.math.scoring import fast_equivalence, library_score
 from environments.math.symbolic import symbolic_equivalence
+from servers.answer_text import strip_think
 from servers.cpu_pool import CpuTimeout
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
@@ -43,7 +45,7 @@ class MathRow(RowModel):
         return value
 
 
-class MathConfig(MathJudgeConfig, EnvConfig):
+class MathConfig(MathJudgeConfig, AnswerCostConfig, EnvConfig):
     extraction: list[ExtractionRule] = Field(
         default_factory=lambda: list(DEFAULT_RULES),
         description="Answer extraction rules tried in order; ['boxed'] = NeMo-Gym's strict behaviour; "
@@ -94,7 +96,8 @@ class MathEnvironment(MathJudgeFallback, Environment):
         cfg: MathConfig = self.config  # type: ignore[assignment]
         gold = row.expected_answer
         incomplete = is_incomplete(response)
-        extracted, rule = extract_answer(response.output_text, cfg.extraction, incomplete=incomplete)
+        # The shared reading: reasoning removed, and a block that never closed is no answer.
+        extracted, rule = extract_answer(strip_think(response.output_text), cfg.extraction, incomplete=incomplete)
         extras: dict[str, Any] = {"expected_answer": gold, "extracted_answer": extracted, "extraction_rule": rule}
         if incomplete:
             extras["response_incomplete"] = True
@@ -103,24 +106,35 @@ class MathEnvironment(MathJudgeFallback, Environment):
 
         verdict = await score_final_answer(self, gold, extracted, extras, fast_path=cfg.fast_path,
                                            symbolic_fast_path=cfg.symbolic_fast_path,
-                                           timeout=cfg.cpu_task_timeout_s, cache=self._results)
+                                           timeout=cfg.cpu_task_timeout_s, cache=self._results,
+                                           limits=cfg.answer_limits, cpu_share=cfg.deadline_cpu_share)
         return await self.apply_judge_fallback(row.question, gold, extracted, verdict)  # judge_fallback.py
 
 
 async def score_final_answer(env: Environment, gold: str, extracted: str, extras: dict[str, Any], *,
                              fast_path: bool = True, symbolic_fast_path: bool = True, timeout: float,
-                             cache: _LRU | None = None) -> Verdict:
-    """The verdict for an extracted final answer: notation rewrites, exact fast path, the
-    symbolic fast path (``scored_by: symbolic``), else math-verify in ``env``'s CPU pool. Shared by ``math`` and ``math_python`` so both score
-    the same answer alike. Each step is one call below, in order; a later, more expensive
-    decider (an equivalence judge) belongs after ``library_score``'s 0.
+                             cache: _LRU | None = None, limits: CostLimits = CostLimits(),
+                             cpu_share: float = 0.5) -> Verdict:
+    """The verdict for an extracted final answer: the cost guard (``answer_cost.py``), notation
+    rewrites, exact fast path, the symbolic fast path (``scored_by: symbolic``), else math-verify
+    in ``env``'s CPU pool. Shared by ``math`` and ``math_python`` so both score the same answer
+    alike. Each step is one call below, in order; a later, more expensive decider (an equivalence
+    judge) belongs after ``library_score``'s 0.
 
-    A deadline hit is failure class ``timeout`` (and not cached: it says nothing about the
-    answer, the machine may just be loaded); a gold math-verify cannot parse is
+    A cost the answer causes is the answer's: an answer past ``limits`` scores 0 up front
+    (``refused_costly``), and a deadline hit after the worker spent ``cpu_share`` of it on the CPU scores 0
+    (``deadline``, cached: the same answer costs nothing the next time) once the gold alone is
+    shown to score within the deadline. A deadline hit with little CPU (the worker waited for
+    a CPU) is failure class ``timeout``, not cached: it says nothing about the answer. A gold
+    math-verify cannot parse, or cannot even score against itself in time, is
     ``verifier_error`` (a data problem, masked rather than a silent 0).
     """
     result = cache.get((gold, extracted)) if cache is not None else None
     if result is None:
+        refused = costly_answer(extracted, limits)
+        if refused is not None:  # cheap to decide again: not cached
+            return Verdict(0.0, extras={**extras, "library_reward": 0.0, "scored_by": "refused_costly",
+                                        "cost_refusal": refused})
         gold_form, answer_form = rewrite_pair(gold, extracted)
         decided = fast_equivalence(gold_form, answer_form) if fast_path else None
         if decided is not None:
@@ -131,12 +145,29 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
             try:
                 reward, error = await env.cpu(library_score, gold_form, answer_form, timeout=timeout)
             except CpuTimeout as exc:
-                return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {timeout:g}s deadline: {exc}",
-                                       **extras)
-            result = reward, "math_verify", error
+                if not exc.worked_for(cpu_share * timeout):
+                    return Verdict.failure(FailureClass.TIMEOUT, f"math-verify passed its {timeout:g}s deadline "
+                                           f"without using the CPU (an overloaded machine): {exc}", **extras)
+                if not await _gold_scores_in_time(env, gold_form, timeout):
+                    return Verdict.failure(FailureClass.VERIFIER_ERROR, f"math-verify cannot score expected_answer "
+                                           f"{gold[:200]!r} against itself within {timeout:g}s", **extras)
+                reward, error = 0.0, None
+                extras = {**extras, "deadline_cpu_s": round(exc.cpu_s, 3)}
+                result = reward, "deadline", error
+            else:
+                result = reward, "math_verify", error
         if cache is not None:
             cache.put((gold, extracted), result)
     reward, scored_by, error = result
     if error is not None:
         return Verdict.failure(FailureClass.VERIFIER_ERROR, error, **extras, scored_by=scored_by)
     return Verdict(reward, extras={**extras, "library_reward": reward, "scored_by": scored_by})
+
+
+async def _gold_scores_in_time(env: Environment, gold_form: str, timeout: float) -> bool:
+    """The control after a costly deadline: the gold against itself, under the same deadline."""
+    try:
+        await env.cpu(library_score, gold_form, gold_form, timeout=timeout)
+    except CpuTimeout:
+        return False
+    return True

@@ -45,6 +45,7 @@ class CompileResult:
     seconds: float = 0.0
     failure_class: str | None = None  # set when unavailable
     detail: str = ""
+    cpu_s: float | None = None  # CPU the compile used, where the checker knows it (local)
 
 
 def unavailable(failure_class: FailureClass, detail: str, started: float, output: str = "") -> CompileResult:
@@ -95,7 +96,7 @@ class LocalLeanChecker:
         verdict = ran.verdict
         if verdict in (ResourceVerdict.TIMEOUT, ResourceVerdict.CPU_LIMIT):
             return CompileResult("timeout", messages, clipped, ran.exit_code, seconds,
-                                 detail=f"lean ran past {timeout_s:g} s ({verdict.value})")
+                                 detail=f"lean ran past {timeout_s:g} s ({verdict.value})", cpu_s=ran.cpu_s)
         if verdict is ResourceVerdict.OUTPUT_LIMIT and errors(messages):
             # Errors cannot disappear later in the file: the proof fails whatever the cut-off part said.
             return CompileResult("completed", messages, clipped, ran.exit_code, seconds)

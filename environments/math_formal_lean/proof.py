@@ -90,48 +90,109 @@ def theorem_name(formal_statement: str) -> str | None:
     return match.group(1) if match else None
 
 
+_CHAR_LITERAL = re.compile(r"'(?:\\(?:x[0-9A-Fa-f]{2}|u\{[0-9A-Fa-f]+\}|.)|[^\\'\n])'")
+_RAW_STRING_OPEN = re.compile(r'r(#*)"')
+_WORD = re.compile(rf"[{_IDENT_CHAR}]")
+
+
 def blank_comments_and_strings(code: str) -> str:
-    """``code`` with comment and string-literal contents replaced by spaces (newlines kept, so
-    offsets and line numbers do not move). Block comments nest in Lean; doc comments are
-    block comments; ``\\"`` does not end a string."""
+    return _lex(code)[0]
+
+
+def leaves_open(code: str) -> bool:
+    """The code ends inside a comment or a literal (a cut-off answer, or one that would swallow
+    whatever the verifier appends, its own ``#print axioms`` included)."""
+    return _lex(code)[1]
+
+
+def _lex(code: str) -> tuple[str, bool]:
+    """(``code`` with comment and literal contents replaced by spaces (newlines kept, so offsets
+    and line numbers do not move), read the way Lean's lexer reads it, so that nothing Lean runs
+    as code can pass here for a comment or a string (a scan that disagrees with Lean is a way
+    past it). Block comments nest (doc comments are block comments); ``\\"`` does not end a
+    string; a character literal (``'"'``, ``'\\''``) is not a string's start; raw strings
+    (``r"\\"``, ``r#"..."#``) have no escapes; ``{...}`` inside an interpolated string
+    (``s!"{x}"``) is code; a ``«...»`` identifier is code with its quote characters blanked."""
     out: list[str] = []
-    i, n, depth = 0, len(code), 0
-    in_line_comment = in_string = False
+    i, n = 0, len(code)
+    # Open literals, innermost last: "s" a string, "i" an interpolated string's text, an int the
+    # brace depth of the code inside an interpolation.
+    stack: list[str | int] = []
+
+    def blank(text: str) -> None:
+        out.append("".join(c if c == "\n" else " " for c in text))
+
     while i < n:
         ch, two = code[i], code[i:i + 2]
-        if in_line_comment:
-            in_line_comment = ch != "\n"
-            out.append(ch if ch == "\n" else " ")
-            i += 1
-        elif depth:
-            if two in ("/-", "-/"):
-                depth += 1 if two == "/-" else -1
-                out.append("  ")
-                i += 2
-            else:
-                out.append(ch if ch == "\n" else " ")
-                i += 1
-        elif in_string:
+        if stack and isinstance(stack[-1], str):  # inside a string's text
             if ch == "\\" and i + 1 < n:
-                out.append("  ")
+                blank(code[i:i + 2])
                 i += 2
-            else:
-                in_string = ch != '"'
-                out.append(ch if ch == "\n" else " ")
+            elif ch == '"':
+                stack.pop()
+                out.append(" ")
                 i += 1
-        elif two == "/-":
-            depth = 1
-            out.append("  ")
-            i += 2
+            elif ch == "{" and stack[-1] == "i":
+                stack.append(1)
+                out.append(" ")
+                i += 1
+            else:
+                blank(ch)
+                i += 1
+            continue
+        word_before = i > 0 and _WORD.match(code[i - 1]) is not None
+        if two == "/-":
+            depth, j = 1, i + 2
+            while j < n and depth:
+                step = code[j:j + 2]
+                if step in ("/-", "-/"):
+                    depth += 1 if step == "/-" else -1
+                    j += 2
+                else:
+                    j += 1
+            blank(code[i:j])
+            if depth:
+                return "".join(out), True
+            i = j
         elif two == "--":
-            in_line_comment = True
-            out.append("  ")
-            i += 2
-        else:
-            in_string = ch == '"'
-            out.append(" " if in_string else ch)
+            j = code.find("\n", i)
+            j = n if j < 0 else j
+            blank(code[i:j])
+            i = j
+        elif ch == "'" and not word_before and _CHAR_LITERAL.match(code, i):
+            literal = _CHAR_LITERAL.match(code, i).group(0)  # type: ignore[union-attr]
+            blank(literal)
+            i += len(literal)
+        elif ch == "r" and not word_before and _RAW_STRING_OPEN.match(code, i):
+            hashes = _RAW_STRING_OPEN.match(code, i).group(1)  # type: ignore[union-attr]
+            close = code.find('"' + hashes, i + 2 + len(hashes))
+            if close < 0:
+                blank(code[i:])
+                return "".join(out), True
+            stop = close + 1 + len(hashes)
+            blank(code[i:stop])
+            i = stop
+        elif ch == "«":
+            close = code.find("»", i + 1)
+            stop = n if close < 0 else close + 1
+            out.append("".join(c if _WORD.match(c) or c == "\n" else " " for c in code[i:stop]))
+            i = stop
+        elif ch == '"':
+            stack.append("i" if i > 0 and code[i - 1] == "!" else "s")
+            out.append(" ")
             i += 1
-    return "".join(out)
+        elif stack and ch in "{}":  # braces of the code inside an interpolation
+            stack[-1] += 1 if ch == "{" else -1  # type: ignore[operator]
+            if stack[-1] == 0:
+                stack.pop()  # back to the string's text
+                out.append(" ")
+            else:
+                out.append(ch)
+            i += 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out), bool(stack)
 
 
 def forbidden_tokens(proof: str, forbidden: list[str]) -> list[str]:
@@ -148,6 +209,15 @@ def forbidden_tokens(proof: str, forbidden: list[str]) -> list[str]:
         elif token in code:
             found.append(token)
     return found
+
+
+_LIMIT_OPTION = re.compile(r"\bset_option\s+(?:maxHeartbeats|synthInstance\.maxHeartbeats|maxRecDepth|maxSize)\b")
+
+
+def raises_lean_limits(proof: str) -> bool:
+    """The proof changes one of Lean's own deterministic limits (heartbeats, recursion depth):
+    what stops a runaway elaboration in time, so a timeout after it is the proof's doing."""
+    return _LIMIT_OPTION.search(blank_comments_and_strings(proof)) is not None
 
 
 @dataclass

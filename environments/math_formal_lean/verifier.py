@@ -15,8 +15,10 @@ result, up to ``max_checks_per_session`` times; ``/verify`` grades the final ans
 block (or the last checked attempt when the final message has no code block), reusing the compile of an attempt
 that was already checked.
 
-A compile past ``compile_timeout_s`` is failure class ``timeout`` (masked) by default
-(``timeout_policy: zero`` scores it 0 as NeMo-Gym does); a checker that is down or broken is
+A compile past ``compile_timeout_s`` scores 0 when the proof caused it (it raised Lean's own
+limits, or the compile was busy computing) and is failure class ``timeout`` (masked) when the
+checker was starved (``timeout_policy: auto``; ``zero`` always scores 0 as NeMo-Gym does,
+``mask`` always masks); a checker that is down or broken is
 ``sandbox_error`` / ``dependency_error``, never a reward.
 """
 
@@ -35,7 +37,7 @@ from servers.wire import FailureClass, ResponseObject, RowModel
 
 from . import lean_messages
 from .checkers import CompileResult, KiminaChecker, LocalLeanChecker
-from .proof import BuiltProof, build, forbidden_tokens, theorem_name
+from .proof import BuiltProof, build, forbidden_tokens, leaves_open, raises_lean_limits, theorem_name
 
 ENV_DIR = "{env_dir}"
 # What a proof may not contain (comments and strings excluded): placeholders, new axioms,
@@ -75,7 +77,12 @@ class LeanConfig(SandboxLimitsConfig, EnvConfig):
     kimina_retries: int = Field(2, ge=0, description="Retries on connection errors and HTTP 429/502/503/504.")
     kimina_request_overhead_s: float = Field(30.0, ge=0, description="Queueing time allowed on top of compile_timeout_s.")
     compile_timeout_s: float = Field(30.0, gt=0, description="Limit of one compile (NeMo-Gym: 30 s).")
-    timeout_policy: Literal["mask", "zero"] = Field("mask", description="A compile past the limit: failure class timeout (mask) or reward 0 (zero).")
+    timeout_policy: Literal["auto", "mask", "zero"] = Field(
+        "auto", description="A compile past the limit: reward 0 (zero, NeMo-Gym), failure class timeout (mask), or auto: "
+        "0 when the proof caused it (it raised Lean's own limits with set_option maxHeartbeats/maxRecDepth, or the "
+        "compile was busy for timeout_cpu_share of the limit), else the failure class (a starved or overloaded checker).")
+    timeout_cpu_share: float = Field(0.25, gt=0, le=1, description="timeout_policy auto: a timed-out compile that used "
+                                     "at least this share of compile_timeout_s in CPU was the proof's doing.")
     memory_mb: int = Field(16384, ge=256, description="Address-space limit of lean (Mathlib's .olean files are memory-mapped).")
     max_output_chars: int = Field(4000, ge=200, description="Characters of compiler output kept in the reply.")
     extract_code_mode: Literal["last", "first"] = Field("last", description="Which fenced Lean block is the answer.")
@@ -192,6 +199,8 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
             return Outcome("no_proof", built, feedback="No Lean 4 proof found: give the complete theorem with its "
                            "proof in one ```lean4 code block.")
         found = forbidden_tokens(built.proof, cfg.forbidden)
+        if leaves_open(built.proof):
+            found.append("an unterminated comment or string")
         if found:
             return Outcome("forbidden", built, forbidden=found, feedback=f"The proof uses {', '.join(found)}, which is "
                            "not allowed: the theorem must be proved without placeholders, new axioms or "
@@ -226,6 +235,16 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
             return Outcome("completed", built, result, axioms=axioms)
         return Outcome("completed", built, result)
 
+    def _mask_timeout(self, outcome: Outcome) -> bool:
+        """Whether a compile timeout is the checker's (masked) rather than the proof's (a zero)."""
+        cfg = self.config
+        if cfg.timeout_policy != "auto":
+            return cfg.timeout_policy == "mask"
+        if raises_lean_limits(outcome.built.proof):
+            return False  # the proof switched off the limits that would have stopped it in time
+        cpu = outcome.result.cpu_s if outcome.result is not None else None
+        return cpu is None or cpu < cfg.timeout_cpu_share * cfg.compile_timeout_s
+
     def correction_prompt(self, generation: str, feedback: str) -> str:
         template = self.config.refinement_prompt_template or NEMOTRON_REFINEMENT_PROMPT
         return template.format(proof_attempt=generation or "(empty)", error_message=feedback)
@@ -245,13 +264,17 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
                                          "stdout": result.output, "stderr": result.detail}
             extras["messages"] = [m.as_dict() for m in result.messages[:20]]
             extras["compile_s"] = round(result.seconds, 3)
+            if result.cpu_s is not None:
+                extras["compile_cpu_s"] = round(result.cpu_s, 3)
         proven = outcome.status == "completed"
         extras["needs_correction"] = not proven
         if not proven and outcome.feedback:
             extras["error_feedback"] = outcome.feedback
             extras["correction_prompt"] = self.correction_prompt(generation, outcome.feedback)
-        if outcome.status == "timeout" and cfg.timeout_policy == "mask":
-            return Verdict.failure(FailureClass.TIMEOUT, result.detail if result else "compile timeout", **extras)
+        if outcome.status == "timeout":
+            extras["timeout_blamed_on"] = "checker" if self._mask_timeout(outcome) else "proof"
+            if extras["timeout_blamed_on"] == "checker":
+                return Verdict.failure(FailureClass.TIMEOUT, result.detail if result else "compile timeout", **extras)
         if outcome.status == "checker_unavailable":
             assert result is not None
             return Verdict.failure(result.failure_class or FailureClass.DEPENDENCY_ERROR, result.detail, **extras)

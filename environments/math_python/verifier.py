@@ -10,8 +10,10 @@ functions) and frees the sandbox.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import secrets
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,13 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
+from environments.math.answer_cost import AnswerCostConfig
 from environments.math.verifier import ExtractionRule, score_final_answer
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec
 from sandboxes.base import Sandbox, SandboxProcess
 from sandboxes.env_support import CanaryFailed, SandboxedEnvironment, SandboxLimitsConfig
+from servers import json_values
+from servers.answer_text import strip_think
 from servers.environment import EnvConfig, Environment, ToolError, Verdict, tool
 from servers.wire import ResponseObject, RowModel
 
@@ -74,7 +79,7 @@ class MathPythonRow(RowModel):
         return self.expected_result if self.expected_result is not None else self.expected_answer  # type: ignore[return-value]
 
 
-class MathPythonConfig(SandboxLimitsConfig, EnvConfig):
+class MathPythonConfig(SandboxLimitsConfig, AnswerCostConfig, EnvConfig):
     python: str | None = Field(None, description="Interpreter inside the sandbox; null = the sandbox's own "
                                "(process backend: the server's, bound read-only at its resolved path).")
     call_timeout_s: float = Field(20.0, gt=0, description="Wall-clock limit of one tool call (replay mode: replay + new cell).")
@@ -98,7 +103,8 @@ class CodeArgs(BaseModel):
 class Session:
     sandbox: Sandbox
     history: list[str] = field(default_factory=list)  # cells that ran (replayed after a kernel restart)
-    executed: list[str] = field(default_factory=list)  # every cell the model sent (for expected_code_contains)
+    executed: list[str] = field(default_factory=list)  # every cell the model sent (the max_cells count)
+    ran: list[str] = field(default_factory=list)       # cells that ran to the end without an error (expected_code_contains)
     kernel: SandboxProcess | None = None               # the persistent kernel, started by the first cell
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one cell at a time per session
 
@@ -112,6 +118,46 @@ class CellRun:
     stdout: bytes
     stderr: bytes
     status: int | None = None
+
+
+def code_contains(code: str, needle: str) -> bool:
+    """``needle`` occurs in ``code`` outside its comments (``# sympy`` does no sympy work)."""
+    lines = code.splitlines(keepends=True)
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type == tokenize.COMMENT:
+                row, start = token.start
+                _, end = token.end
+                lines[row - 1] = lines[row - 1][:start] + " " * (end - start) + lines[row - 1][end:]
+    except (tokenize.TokenError, SyntaxError):
+        return False  # not Python: it could not have run
+    return needle in "".join(lines)
+
+
+def recorded_cells(response: ResponseObject, tool_names: set[str]) -> list[str]:
+    """Code of the response's calls that ran, as the rollout recorded them: a call of one of this
+    environment's tools, arguments a JSON object with a string ``code``, and a ``function_call_output``
+    for its call_id that reports no failure."""
+    outputs = {item.call_id: (item.model_extra or {}).get("output") for item in response.output
+                if item.type == "function_call_output" and item.call_id}
+    cells = []
+    for call in response.function_calls:
+        if call.name not in tool_names or call.call_id not in outputs:
+            continue
+        try:
+            arguments = json_values.loads(call.arguments or "")
+        except ValueError:
+            continue
+        output = outputs[call.call_id]
+        try:
+            result = json_values.loads(output) if isinstance(output, str) else output
+        except ValueError:
+            result = None
+        failed = isinstance(result, dict) and (result.get("success") is False or "error" in result
+                                               or result.get("process_status") in ("error", "timeout"))
+        if isinstance(arguments, dict) and isinstance(arguments.get("code"), str) and not failed:
+            cells.append(arguments["code"])
+    return cells
 
 
 def _clip(text: str, limit: int) -> tuple[str, bool]:
@@ -252,6 +298,8 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
         if run.ended == "ok":
             session.history.append(args.code)
             reply["success"] = run.status == 0
+            if reply["success"]:
+                session.ran.append(args.code)
             return reply
         if run.ended == "timeout":
             reason = f"timed out after {cfg.call_timeout_s:g}s"
@@ -287,6 +335,8 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
         if result.verdict is ResourceVerdict.OK and completed:
             session.history.append(args.code)
             reply["success"] = result.exit_code == 0
+            if reply["success"]:
+                session.ran.append(args.code)
             return reply
         # The call was killed: drop this cell so replaying it cannot kill every later call too.
         reasons = {ResourceVerdict.TIMEOUT: f"timed out after {cfg.call_timeout_s:g}s",
@@ -321,17 +371,20 @@ class MathPythonEnv(SandboxedEnvironment, Environment):
 
     async def verify(self, row: MathPythonRow, response: ResponseObject, session: Session | None) -> Verdict:
         cfg = self.config
-        text = response.last_message_text or response.output_text
+        text = strip_think(response.last_message_text or response.output_text)
         gold = row.gold
         extracted, rule = extract_answer(text, cfg.extraction, incomplete=is_incomplete(response))
         extras: dict[str, Any] = {"expected_answer": gold, "extracted_answer": extracted, "extraction_rule": rule,
                                   "tool_calls": len(session.executed) if session else len(response.function_calls)}
         if row.expected_code_contains:
-            cells = list(session.executed) if session else []
-            cells += [c.arguments or "" for c in response.function_calls]
-            extras["code_requirement_met"] = any(row.expected_code_contains in c for c in cells)
+            # Required work is work that ran: with a session, the cells this server ran without an
+            # error; without one (a recorded rollout), calls of this environment's tools with JSON
+            # arguments that the harness recorded an output for. A call that never ran does not count.
+            cells = list(session.ran) if session is not None else recorded_cells(response, set(self.tools()))
+            extras["code_requirement_met"] = any(code_contains(c, row.expected_code_contains) for c in cells)
             if not extras["code_requirement_met"]:
                 return Verdict(0.0, extras=extras)
         if extracted is None:
             return Verdict(0.0, extras={**extras, "scored_by": "no_answer"})
-        return await score_final_answer(self, gold, extracted, extras, timeout=cfg.cpu_task_timeout_s)
+        return await score_final_answer(self, gold, extracted, extras, timeout=cfg.cpu_task_timeout_s,
+                                        limits=cfg.answer_limits, cpu_share=cfg.deadline_cpu_share)

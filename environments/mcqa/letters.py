@@ -24,7 +24,8 @@ import re
 STRICT_BOXED = re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{)?[^A-Za-z{}]*([A-Z])[^A-Za-z{}]*\}?\s*\}")
 BOXED_CONTENT = re.compile(r"\\boxed\{\s*(.*?)\s*\}", re.S)
 TEXT_WRAP = re.compile(r"\\text(?:bf)?\{\s*(.*?)\s*\}", re.S)
-ANSWER_COLON = re.compile(r"answer\s*:\s*(.+)", re.IGNORECASE)
+# the rest of the line, up to a later "answer:" on the same line ("Answer: A? No. Answer: B" -> B)
+ANSWER_COLON = re.compile(r"answer\s*:\s*((?:(?!answer\s*:).)+)", re.IGNORECASE)
 
 GRADING_MODES = ("strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon")
 

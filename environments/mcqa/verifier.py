@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from environments.mcqa.letters import compile_output_regex, by_output_regex, extract_letter, normalize
+from servers.answer_text import strip_think
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
 
@@ -79,7 +80,7 @@ class McqaEnvironment(Environment):
 
     async def verify(self, row: McqaRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: McqaConfig = self.config  # type: ignore[assignment]
-        text = response.output_text
+        text = strip_think(response.output_text)  # the shared reading: unfinished reasoning is no answer
         allowed = row.letters
         gold = row.expected_answer.strip().upper()
         extras: dict[str, Any] = {"expected_answer": gold}

@@ -17,7 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servers.environment import EnvConfig, Environment, Verdict
-from servers.judge import JudgedConfig, JudgedEnvironment, final_answer, find_label, judge_messages
+from servers.judge import (JudgedConfig, JudgedEnvironment, VerdictFormat, final_answer, find_label, judge_prompt,
+                           label_verdict)
 from servers.wire import ResponseObject, RowModel
 
 DEFAULT_TEMPLATE = """You are evaluating whether a model's response meets a specific criterion.
@@ -72,18 +73,26 @@ class MultiChallengeConfig(JudgedConfig, EnvConfig):
     no_label: str = Field("[[NO]]", description="The judge's NO verdict label.")
 
 
-_LAST_WORD = re.compile(r"[^A-Za-z]")
+_MARKDOWN = re.compile(r"[^A-Za-z]")
+_BARE_VERDICT_LINE = re.compile(r"(?m)^[^A-Za-z\n]*(?:YES|NO)[^A-Za-z\n]*$")
 
 
 def parse_yes_no(text: str, yes_label: str, no_label: str) -> str | None:
-    """YES / NO: the label that occurs last; else a final line that is just YES or NO (markdown
-    and punctuation ignored); else None (no verdict: asked again, then judge_error)."""
+    """YES / NO: the label that occurs last; else a final line that is just YES or NO in capitals
+    (markdown and punctuation ignored: ``**YES**``); else None (no verdict: asked again, then
+    judge_error)."""
     verdict = find_label(text, {yes_label: "YES", no_label: "NO"})
     if verdict is not None:
         return verdict
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    last = _LAST_WORD.sub("", lines[-1]).upper() if lines else ""
+    last = _MARKDOWN.sub("", lines[-1]) if lines else ""
     return last if last in ("YES", "NO") else None
+
+
+def yes_no_verdict(yes_label: str, no_label: str) -> VerdictFormat[str]:
+    """:func:`parse_yes_no` with its markers: both labels and a line that is just YES or NO."""
+    labels = label_verdict({yes_label: "YES", no_label: "NO"})
+    return VerdictFormat(lambda text: parse_yes_no(text, yes_label, no_label), (*labels.markers, _BARE_VERDICT_LINE))
 
 
 def build_context(row: MultiChallengeRow) -> str:
@@ -134,10 +143,12 @@ class MultiChallengeEnvironment(JudgedEnvironment, Environment):
 
     async def _judge_item(self, item: RubricItem, context: str, answer: str) -> dict[str, Any]:
         cfg: MultiChallengeConfig = self.config  # type: ignore[assignment]
-        prompt = cfg.judge_prompt_template.format(context=context, response=answer, question=item.question,
-                                                  pass_criteria=item.pass_criteria)
-        reply = await self.judge("judge").ask(judge_messages(prompt, cfg.judge_system_message),
-                                              lambda text: parse_yes_no(text, cfg.yes_label, cfg.no_label))
+        prompt = judge_prompt(cfg.judge_prompt_template, yes_no_verdict(cfg.yes_label, cfg.no_label),
+                              untrusted={"response": answer},
+                              trusted={"context": context, "question": item.question,
+                                       "pass_criteria": item.pass_criteria},
+                              system=cfg.judge_system_message, guard=cfg.response_guard)
+        reply = await self.judge("judge").ask(prompt.messages, prompt.read)
         expected = "NO" if item.pass_criteria.strip().upper() == "NO" else "YES"
         return {"question": item.question, "pass_criteria": item.pass_criteria, "verdict": reply.verdict,
                 "score": 1.0 if reply.verdict == expected else 0.0, "weight": item.weight,

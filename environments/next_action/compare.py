@@ -175,6 +175,15 @@ def compare_calls(expected: FunctionCallAction | FunctionCallBatchAction, predic
         return Outcome(1.0 if not problems else 0.0, category, problems, dict(ctx.similarity))
     if not is_batch and len(got) > 1 and not profile.single_call_allows_extra_calls:
         return Outcome(0.0, Category.MULTIPLE_TOOL_CALLS_FOUND, [f"{len(got)} tool calls, expected exactly one"])
+    if not is_batch and len(got) > 1 and profile.extra_calls_limit is not None:
+        # Extra calls beside the expected one are allowed, but not a spray: not the same tool again,
+        # not more than the limit.
+        name = profile.canonical_name(want[0].name)
+        same_tool = sum(profile.canonical_name(c.name) == name for c in got)
+        if same_tool > 1 or len(got) - 1 > profile.extra_calls_limit:
+            return Outcome(0.0, Category.MULTIPLE_TOOL_CALLS_FOUND,
+                           [f"{len(got)} tool calls ({same_tool} to {want[0].name!r}): at most "
+                            f"{profile.extra_calls_limit} other call(s) to other tools beside the expected one"])
     ordered = is_batch and (expected.ordered if expected.ordered is not None else profile.batch_order == "ordered")
     if ordered:
         if len(got) != len(want):

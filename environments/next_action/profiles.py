@@ -49,6 +49,14 @@ class Profile(BaseModel):
     single_call_allows_extra_calls: bool = Field(
         True, description="An expected single call is met by a response that also makes other calls "
         "(NeMo-Gym single_step); false: exactly one call (terminal_multi_harness).")
+    extra_calls_limit: int | None = Field(
+        1, ge=0, description="With single_call_allows_extra_calls: an expected single call is met only when the "
+        "response makes at most this many other calls, none to the expected tool (sprayed variants of the call, "
+        "or one call per tool, would otherwise pay); null = any number (NeMo-Gym).")
+    min_word_precision: float = Field(
+        0.25, ge=0, le=1, description="word_overlap strings: at least this share of the predicted words must be "
+        "expected words (a query stuffed with every plausible keyword passes NeMo-Gym's overlap >= 0.1); "
+        "0 = NeMo-Gym's rule alone.")
     allow_subset: bool = Field(False, description="Batches: fewer calls than expected are admissible.")
     allow_superset: bool = Field(False, description="Batches: more calls than expected are admissible.")
     reward_mode: Literal["binary_strict", "fractional", "f1"] = Field(
@@ -61,7 +69,12 @@ class Profile(BaseModel):
     def match_options(self) -> MatchOptions:
         return MatchOptions(rel_tol=0.0, abs_tol=self.float_tolerance, whitespace="exact",
                             allow_extra_arguments=self.allow_extra_arguments, text_match=self.text_match,
-                            text_threshold=self.text_threshold, numeric_strings=self.numeric_strings)
+                            text_threshold=self.text_threshold, numeric_strings=self.numeric_strings,
+                            min_word_precision=self.min_word_precision)
+
+    def nemo_gym_rules(self) -> "Profile":
+        """This profile with the anti-dumping guards off: NeMo-Gym's documented scoring."""
+        return self.model_copy(update={"extra_calls_limit": None, "min_word_precision": 0.0})
 
     def canonical_name(self, name: str) -> str:
         name = name.strip()

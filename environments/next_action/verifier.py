@@ -68,6 +68,10 @@ class NextActionConfig(EnvConfig):
     agent_profiles: dict[str, str] = Field(default_factory=dict, description="agent_ref.name -> profile.")
     harness_profiles: dict[str, str] = Field(default_factory=dict, description="Row 'harness' -> profile.")
     default_profile: str = Field("single_step", description="Profile of rows neither map names.")
+    nemo_gym_parity: bool = Field(
+        False, description="Score exactly as NeMo-Gym's documented servers: every profile's extra_calls_limit "
+                           "null and min_word_precision 0 (a sprayed set of parallel calls or a keyword-stuffed "
+                           "query then pays). Default false: the profiles' guards apply.")
 
     @model_validator(mode="after")
     def _known_profiles(self) -> "NextActionConfig":
@@ -100,6 +104,11 @@ class NextActionEnvironment(Environment):
         "terminal_multi_harness_agent006_agent",
     )
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        cfg: NextActionConfig = self.config  # type: ignore[assignment]
+        self._profiles = {name: p.nemo_gym_rules() if cfg.nemo_gym_parity else p for name, p in cfg.profiles.items()}
+
     def profile_for(self, row: NextActionRow) -> str:
         cfg: NextActionConfig = self.config  # type: ignore[assignment]
         agent = row.agent_name
@@ -110,7 +119,7 @@ class NextActionEnvironment(Environment):
     async def verify(self, row: NextActionRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: NextActionConfig = self.config  # type: ignore[assignment]
         profile_name = self.profile_for(row)
-        profile = cfg.profiles[profile_name]
+        profile = self._profiles[profile_name]
         terminus = row.harness in TERMINUS_HARNESSES
         predicted = predicted_action(response, harness=row.harness, parse_text_tool_calls=profile.parse_text_tool_calls)
         tools = row.tools

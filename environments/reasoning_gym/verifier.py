@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from environments.reasoning_gym.generate import generate_rows
 from environments.reasoning_gym.scoring import extract_answer, known_tasks, score_entry
+from servers.answer_text import strip_think
 from servers.cpu_pool import CpuTimeout
-from servers.environment import EnvConfig, Environment, Verdict
+from servers.environment import DeadlineCostConfig, EnvConfig, Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
 
 Rule = Literal["answer_tag", "boxed", "answer_line", "full_text"]
@@ -43,10 +44,11 @@ class RGRow(RowModel):
     metadata: RGMetadata
 
 
-class RGConfig(EnvConfig):
+class RGConfig(DeadlineCostConfig, EnvConfig):
     extraction: list[Rule] = Field(
         default_factory=lambda: ["answer_tag", "boxed", "answer_line", "full_text"],
         description="Answer extraction rules tried in order (NeMo-Gym: answer_tag, boxed, full_text).")
+
 
 
 class ReasoningGymEnvironment(Environment):
@@ -66,14 +68,33 @@ class ReasoningGymEnvironment(Environment):
     async def verify(self, row: RGRow, response: ResponseObject, session: Any | None) -> Verdict:
         cfg: RGConfig = self.config  # type: ignore[assignment]
         task = row.metadata.source_dataset
-        extracted, rule = extract_answer(response.output_text, cfg.extraction)
+        # The shared reading: reasoning removed, and a block that never closed is no answer.
+        extracted, rule = extract_answer(strip_think(response.output_text), cfg.extraction)
         extras: dict[str, Any] = {"task_name": task, "extracted_answer": extracted, "extraction_rule": rule}
         entry = {"question": row.question, "answer": row.answer, "metadata": row.metadata.model_dump()}
         try:
             score = await self.cpu(score_entry, task, extracted, entry, timeout=cfg.cpu_task_timeout_s)
         except CpuTimeout as exc:
-            return Verdict.failure(FailureClass.TIMEOUT, f"{task} scorer passed its deadline: {exc}", **extras)
+            if not exc.worked_for(cfg.deadline_cpu_share * cfg.cpu_task_timeout_s):  # the worker waited for a CPU: infrastructure
+                return Verdict.failure(FailureClass.TIMEOUT, f"{task} scorer passed its deadline: {exc}", **extras)
+            if not await self._reference_scores_in_time(task, row, entry):
+                return Verdict.failure(FailureClass.VERIFIER_ERROR, f"the {task} scorer cannot score the row's own "
+                                       f"answer within {cfg.cpu_task_timeout_s:g}s", **extras)
+            # A cost the answer causes is the answer's: the deadline scores it 0, not a masked sample.
+            return Verdict(0.0, extras={**extras, "score": 0.0, "scored_by": "deadline",
+                                        "deadline_cpu_s": round(exc.cpu_s or 0.0, 3)})
         return Verdict(score, extras={**extras, "score": score})
+
+    async def _reference_scores_in_time(self, task: str, row: RGRow, entry: dict[str, Any]) -> bool:
+        """The control after a costly deadline: the reference answer under the same deadline (rows
+        verified from metadata alone have none: the answer's cost stands)."""
+        if row.answer is None:
+            return True
+        try:
+            await self.cpu(score_entry, task, row.answer, entry, timeout=self.config.cpu_task_timeout_s)
+        except CpuTimeout:
+            return False
+        return True
 
     @classmethod
     def generate(cls, *, tasks: list[str] | None, size: int, seed: int, **options: Any) -> Iterator[dict[str, Any]]:

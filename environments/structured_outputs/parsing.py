@@ -16,6 +16,7 @@ import csv
 import datetime as dt
 import io
 import json
+import math
 import re
 import tomllib
 from typing import Any
@@ -23,48 +24,80 @@ from typing import Any
 import xmltodict
 import yaml
 
+from servers import json_values
+
 FORMATS = ("json", "yaml", "xml", "toml", "csv")
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_DECODER = json.JSONDecoder()
+_FENCE_TAG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
+# Deeper bracket nesting than any structured output has: libyaml's C parser crashes the process
+# (SIGSEGV) on ~100,000 nested "[" or "{", and Python's parsers recurse.
+MAX_NESTING = 512
 
 
 class ParseFailure(ValueError):
     """The text holds no value of the requested format."""
 
 
-def strip_thinking(text: str) -> str:
-    """Drop ``<think>...</think>`` blocks; an unclosed one means the answer never came."""
-    text = _THINK.sub("", text)
-    lowered = text.lower()
-    if "</think>" in lowered:  # opening tag was in the prompt (chat templates do this)
-        text = text[lowered.rindex("</think>") + len("</think>"):]
-    return text
+def fences(text: str) -> list[tuple[str, str]]:
+    """``(tag, body)`` of each fenced block: what ``re.findall(r"```[ \\t]*([A-Za-z0-9_+-]*)[^\\n]*\\n(.*?)```",
+    text, re.DOTALL)`` finds, in linear time (that regex rescans the line at every backtick of a
+    long backtick run: quadratic)."""
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while (start := text.find("```", pos)) >= 0:
+        newline = text.find("\n", start + 3)
+        close = text.find("```", newline + 1) if newline >= 0 else -1
+        if close < 0:
+            break  # no later fence can close either
+        tag = _FENCE_TAG.match(text, start + 3, newline)
+        out.append((tag.group(1) if tag else "", text[newline + 1:close]))
+        pos = close + 3
+    return out
 
 
 def _fenced_blocks(text: str, fmt: str) -> list[str]:
     """Bodies of fenced blocks tagged ``fmt`` (or untagged), in order."""
     aliases = {"yaml": ("yaml", "yml"), "json": ("json", "jsonc")}.get(fmt, (fmt,))
-    return [body for tag, body in _FENCE.findall(text) if tag.lower() in aliases or tag == ""]
+    return [body for tag, body in fences(text) if tag.lower() in aliases or tag == ""]
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest run of open ``[``/``{`` (quotes not considered: an upper bound)."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(text):
+        depth = depth + 1 if match.group() in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+_MAX_FAILED_STARTS = 1000  # stray braces in prose before the answer: a handful; a wall of them is not an answer
 
 
 def _last_json_value(text: str) -> Any:
     """The last complete top-level JSON object or array embedded in ``text``."""
     found: list[Any] = []
-    pos, end = 0, len(text)
+    pos, end, failures = 0, len(text), 0
+    brace, bracket = text.find("{"), text.find("[")  # the next of each, found once per position passed
     while pos < end:
-        brace = text.find("{", pos)
-        bracket = text.find("[", pos)
+        if 0 <= brace < pos:
+            brace = text.find("{", pos)
+        if 0 <= bracket < pos:
+            bracket = text.find("[", pos)
         starts = [p for p in (brace, bracket) if p >= 0]
         if not starts:
             break
         start = min(starts)
         try:
-            value, stop = _DECODER.raw_decode(text, start)
-        except json.JSONDecodeError:
+            value, stop = json_values.DECODER.raw_decode(text, start)
+        except ValueError:  # not JSON here (NaN / Infinity included: not JSON numbers)
+            failures += 1
+            if failures > _MAX_FAILED_STARTS:  # each failure costs O(position) (the error's line number)
+                raise ParseFailure(f"more than {_MAX_FAILED_STARTS} '{{' / '[' that start no JSON value") from None
             pos = start + 1
             continue
+        except RecursionError:
+            raise ParseFailure("JSON nested deeper than the parser allows") from None
         found.append(value)
         pos = stop  # skip its inside: nested objects are not separate answers
     if not found:
@@ -75,13 +108,13 @@ def _last_json_value(text: str) -> Any:
 def parse_json(text: str) -> Any:
     stripped = text.strip()
     try:
-        return json.loads(stripped)
-    except json.JSONDecodeError:
+        return json_values.loads(stripped)
+    except ValueError:
         pass
     for body in reversed(_fenced_blocks(text, "json")):
         try:
-            return json.loads(body)
-        except json.JSONDecodeError:
+            return json_values.loads(body)
+        except ValueError:
             continue
     return _last_json_value(text)
 
@@ -117,6 +150,8 @@ def parse_text(fmt: str, text: str) -> Any:
         if fmt == "json":
             return parse_json(text)
         body = _body(text, fmt)
+        if fmt in ("yaml", "toml") and nesting_depth(body) > MAX_NESTING:
+            raise ParseFailure(f"brackets nested deeper than {MAX_NESTING}: not a structured output")
         if fmt == "yaml":
             return yaml.load(body, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
         if fmt == "toml":
@@ -154,7 +189,10 @@ def _scalar(value: Any, types: list[str]) -> Any:
             if kind == "integer":
                 return int(value)
             if kind == "number":
-                return float(value)
+                number = float(value)
+                if math.isfinite(number):  # "NaN", "inf", "1e999" are not numbers: left as text
+                    return number
+                continue
         except ValueError:
             continue
         if kind == "boolean" and value.lower() in ("true", "false", "1", "0"):

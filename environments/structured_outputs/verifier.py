@@ -23,10 +23,11 @@ from environments.structured_outputs.parsing import (
     ParseFailure,
     coerce,
     parse_text,
-    strip_thinking,
     unwrap_xml_root,
 )
 from environments.structured_outputs.schema import InvalidSchema, compile_schema
+from servers import json_values
+from servers.answer_text import is_blank, strip_think
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
 
@@ -36,7 +37,8 @@ class StructuredOutputsConfig(EnvConfig):
     schema_weight: float = Field(1.0, ge=0.0, le=1.0, description="Reward share for a parsed response that validates.")
     strict_objects: bool = Field(True, description="Objects with 'properties' require all of them and forbid others (NeMo-Gym parity).")
     coerce_types: bool = Field(True, description="XML/CSV: convert strings to the schema's number/integer/boolean types before validating.")
-    strip_thinking: bool = Field(True, description="Drop <think>...</think> before parsing text responses.")
+    strip_thinking: bool = Field(True, description="Drop <think>...</think> reasoning before parsing text responses; "
+                                                   "a block that never closes leaves no answer.")
     max_response_chars: int = Field(200_000, gt=0, description="Longer text responses score zero (error_type 'too_long') without parsing.")
 
     @model_validator(mode="after")
@@ -97,6 +99,9 @@ class StructuredOutputs(Environment):
             payload, error = self._text_payload(row, response, compiled.schema)
         if error is not None:
             return self._score(parsed=False, valid=False, error=error)
+        # NaN and Infinity compare false with every bound: a schema's minimum/maximum would let them pass.
+        if (where := json_values.non_finite_path(payload)) is not None:
+            return self._score(parsed=True, valid=False, error=("not_a_number", f"{where}: NaN/Infinity is not a number"))
         problem = compiled.first_error(payload)
         if problem is not None:
             return self._score(parsed=True, valid=False, error=("validation_error", problem))
@@ -106,9 +111,9 @@ class StructuredOutputs(Environment):
                       schema: Any) -> tuple[Any, tuple[str, str] | None]:
         cfg: StructuredOutputsConfig = self.config  # type: ignore[assignment]
         text = response.output_text
-        if cfg.strip_thinking:
-            text = strip_thinking(text)
-        if not text.strip():
+        if cfg.strip_thinking:  # the shared reading: reasoning that never closes is no answer
+            text = strip_think(text)
+        if is_blank(text):  # invisible characters are not an answer either
             return None, ("empty_response", "no assistant text in the response")
         if len(text) > cfg.max_response_chars:
             return None, ("too_long", f"{len(text)} characters > max_response_chars {cfg.max_response_chars}")
@@ -141,8 +146,8 @@ def _tool_payload(row: StructuredOutputsRow, response: ResponseObject) -> tuple[
         names = sorted({str(call.name) for call in calls})
         return None, ("wrong_tool_name", f"called {names}, expected {row.tool_name!r}")
     try:
-        arguments = json.loads(matching[-1].arguments or "")
-    except json.JSONDecodeError as exc:
+        arguments = json_values.loads(matching[-1].arguments or "")
+    except ValueError as exc:
         return None, ("tool_arguments_parse_error", f"arguments are not JSON: {exc}")
     if row.tool_payload_key:
         if not isinstance(arguments, dict) or row.tool_payload_key not in arguments:

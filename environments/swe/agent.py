@@ -133,6 +133,32 @@ async def str_replace(sandbox: Sandbox, repo: str, args: StrReplaceArgs) -> dict
     return {"path": full, "replaced_at_line": line}
 
 
+# The session's repository keeps only the base commit: refs, remotes, stashes, reflogs and the
+# objects only they reached (an image cloned with its history holds the fix's future commits,
+# which an agent could read with `git log --all`; NeMo-Gym's swebench apply_anti_cheating).
+PRUNE_HISTORY = """set -u
+base=$(git rev-parse --verify -q HEAD) || exit 0
+git update-ref refs/heads/verigym-base "$base" && git symbolic-ref HEAD refs/heads/verigym-base || exit 3
+git for-each-ref --format='%(refname)' | while read -r ref; do
+  [ "$ref" = refs/heads/verigym-base ] || git update-ref -d "$ref"
+done
+git remote | while read -r r; do git remote remove "$r"; done
+rm -rf .git/logs .git/ORIG_HEAD .git/FETCH_HEAD .git/MERGE_HEAD .git/refs/original .git/shallow .git/info/grafts
+git reflog expire --expire=now --expire-unreachable=now --all && git gc -q --prune=now || exit 3
+"""
+
+
+async def prune_history(sandbox: Sandbox, repo: str, cfg: "SweConfig") -> None:
+    """Leave the session's repository nothing after the base commit (SandboxError if git fails)."""
+    result = await sandbox.exec(["bash", "-c", f"cd {shlex.quote(repo)} && " + "{\n" + PRUNE_HISTORY + "}"],
+                                timeout=cfg.apply_timeout_s, limits=_limits(cfg, cfg.apply_timeout_s),
+                                env={"HOME": "/tmp/verigym-home", "GIT_CONFIG_NOSYSTEM": "1"})
+    if not result.ok:
+        from sandboxes import SandboxError  # noqa: PLC0415
+        raise SandboxError(f"pruning the repository's history failed ({result.verdict.value}, exit {result.exit_code}): "
+                           f"{result.text('stderr')[-300:]}")
+
+
 async def final_patch(session: SweSession, cfg: "SweConfig") -> tuple[str, str]:
     """The submitted patch, else the repository's changes against the base commit."""
     if session.submitted_patch:

@@ -54,6 +54,17 @@ class SweContainerConfig(SandboxLimitsConfig, EnvConfig):
     warm_pool_size: int = Field(0, ge=0, description="Grading containers kept started per image (0: start one per grade).")
     warm_pool_images: int = Field(4, ge=1, description="Images with a warm pool at once (least recently used dropped).")
     log_tail_chars: int = Field(4000, ge=0, description="Characters of the test log in the reply.")
+    protect_test_infrastructure: bool = Field(
+        True, description="Put back test code, conftest.py, pytest/tox/setup.cfg/pyproject settings, sitecustomize/.pth, "
+        "package metadata and bytecode the patch changed, and remove new modules that shadow the standard library or "
+        "the test tools (environments/swe/integrity.py). false = SWE-bench / NeMo-Gym parity.")
+    result_channel: Literal["harness", "log"] = Field(
+        "harness", description="Where per-test statuses come from: harness = a result channel the test run's harness "
+        "writes outside the repository (a printed or atexit-forged log is never read); log = the test log, as SWE-bench "
+        "and NeMo-Gym read it (parity).")
+    log_channel_repos: list[str] = Field(
+        ["sympy/sympy", "sphinx-doc/sphinx"], description="Repositories whose test runner the harness cannot hook "
+        "(sympy's bin/test, tox): read from the log even with result_channel harness.")
 
 
 class InstanceSandboxes(SandboxedEnvironment):
@@ -93,11 +104,13 @@ class InstanceSandboxes(SandboxedEnvironment):
 
     async def health(self) -> dict[str, Any]:
         backend = await super().health()
-        if not backend.get("ok"):
+        if not backend.get("ok") and not backend.get("fatal") and self.config.sandbox_backend == "container":
             backend.setdefault("hint", f"the {getattr(self, 'name', 'swe')} env needs a container engine: run "
                                        "scripts/ci_podman.sh (Podman's Docker API) or set DOCKER_HOST / sandbox_options.base_url")
-        return {"ok": bool(backend.get("ok")), "sandbox_backend": self.config.sandbox_backend, "backend": backend,
-                "warm_pools": {ref: {"idle": p.idle, "total": p.total} for ref, p in self._pools.items()}}
+        # fatal (a backend that cannot work here, e.g. no apptainer binary) at the top: envs serve stops at once
+        lifted = {key: backend[key] for key in ("fatal", "error") if backend.get(key)}
+        return {"ok": bool(backend.get("ok")), **lifted, "sandbox_backend": self.config.sandbox_backend,
+                "backend": backend, "warm_pools": {ref: {"idle": p.idle, "total": p.total} for ref, p in self._pools.items()}}
 
     async def close(self) -> None:
         for pool in self._pools.values():
@@ -124,6 +137,15 @@ class InstanceSandboxes(SandboxedEnvironment):
                     asyncio.ensure_future(done.result().destroy())
             task.add_done_callback(cleanup)
             raise
+
+    def uses_channel(self, repo: str) -> bool:
+        return self.config.result_channel == "harness" and repo not in self.config.log_channel_repos
+
+    @property
+    def grade_scratch(self) -> str:
+        """Where a grade's own files go in the sandbox, outside the repository (apptainer: /tmp is
+        private to each exec, so a hidden folder of the bound workdir)."""
+        return f"{WORKSPACE}/.verigym" if self.config.sandbox_backend == "apptainer" else "/tmp"
 
     async def prime(self, sandbox: Sandbox, repo_dir: str) -> str:
         """Where the repository is in this sandbox (apptainer: copy it to the writable workdir)."""

@@ -31,8 +31,9 @@ _UNITTEST_MAP = {"ok": PASSED, "FAIL": FAILED, "ERROR": ERROR, "expected failure
 
 
 def _pytest_name(status: str, rest: str) -> str:
-    if status in (FAILED, ERROR) and " - " in rest:
-        # "FAILED path::test[param] - AssertionError: ..." : cut the message, not the param id
+    if " - " in rest:
+        # "FAILED path::test[param] - AssertionError: ...", "XFAIL path::test - reason: ..." (pytest 7+):
+        # cut the message, not the param id
         bracket = rest.rfind("]", 0, rest.find(" - ") + 1)
         cut = rest.find(" - ", bracket if bracket >= 0 else 0)
         rest = rest[:cut] if cut >= 0 else rest

@@ -61,3 +61,6 @@ class SweConfig(SweContainerConfig):
     command_timeout_s: float = Field(60.0, gt=0, description="Default limit of an agent `exec`.")
     max_command_timeout_s: float = Field(600.0, gt=0, description="Largest timeout_s an agent may ask for.")
     max_tool_output_chars: int = Field(10000, ge=100, description="Characters of output returned to the agent per stream.")
+    prune_session_history: bool = Field(True, description="Agent sessions: keep only the base commit in the session's "
+                                        "repository (no refs, remotes, reflogs or objects after it), so the fix's future "
+                                        "commits cannot be read (NeMo-Gym: apply_anti_cheating, on by default).")

@@ -91,7 +91,8 @@ class SweEnvironment(InstanceSandboxes, Environment):
         inputs = GradeInputs(repo_dir="", base_commit=row.base_commit, model_patch=patch, test_patch=row.test_patch,
                              test_files=row.test_files, test_command=command_for_tests(row, cfg),
                              fail_to_pass=row.FAIL_TO_PASS, pass_to_pass=row.PASS_TO_PASS,
-                             pre_test=cfg.pre_test_command)
+                             pre_test=cfg.pre_test_command, protect=cfg.protect_test_infrastructure,
+                             channel=self.uses_channel(row.repo), scratch=self.grade_scratch)
         kw = dict(apply_timeout_s=cfg.apply_timeout_s, test_timeout_s=cfg.test_timeout_s,
                   limits=self._spec(image, row).limits)
         try:
@@ -118,7 +119,8 @@ class SweEnvironment(InstanceSandboxes, Environment):
             return Verdict.failure(FailureClass.SANDBOX_ERROR, f"{image}: {exc}", **extras)
         timings.update(outcome.timings)
         timings["total_s"] = time.monotonic() - t0
-        extras.update(patch_applied=outcome.patch_applied, apply_method=outcome.apply_method, timings=timings)
+        extras.update(patch_applied=outcome.patch_applied, apply_method=outcome.apply_method, timings=timings,
+                      **outcome.integrity_extras())
         if not outcome.patch_applied:
             if outcome.test_verdict:  # the apply step itself hit a limit: not the patch's fault
                 return Verdict.failure(FailureClass.TIMEOUT, f"applying the patch: {outcome.test_verdict}", **extras)
@@ -175,6 +177,8 @@ class SweEnvironment(InstanceSandboxes, Environment):
                     image, _ = await self.ensure_image(session.row)
                     session.sandbox = await self.create_sandbox(self._spec(image, session.row))
                     session.repo_dir = await self.prime(session.sandbox, session.row.repo_dir or self.cfg.repo_dir)
+                    if self.cfg.prune_session_history:
+                        await agent.prune_history(session.sandbox, session.repo_dir, self.cfg)
                 except (ImageUnavailable, SandboxError) as exc:
                     raise ToolError(f"the session container could not start: {exc}") from exc
         return session.sandbox, session.repo_dir

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shlex
 import time
 from contextlib import asynccontextmanager
@@ -33,7 +34,7 @@ from typing import Any, AsyncIterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from environments.swe.grading import GradeInputs, apply_script, grade_in_sandbox
+from environments.swe.grading import GRADE_ENV, GradeInputs, apply_script, grade_in_sandbox
 from environments.swe.images import ImageUnavailable
 from environments.swe.instances import InstanceSandboxes, SweContainerConfig
 from environments.swe.logparse import PASSING
@@ -44,6 +45,7 @@ from servers.environment import Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
 
 from .edits import EditError, patch_from_answer, repro_test_from_answer
+from .repro import run_crossover
 
 RESOLUTION_REWARD = {"RESOLVED_FULL": 1.0, "RESOLVED_NO": 0.0}
 
@@ -104,6 +106,9 @@ class SweGenConfig(SweContainerConfig):
     partial_reward: float = Field(0.2, ge=0, le=1, description="eval: reward of RESOLVED_PARTIAL (NeMo-Gym: 0.2).")
     repro_timeout_s: float = Field(300.0, gt=0, description="repro-gen: limit of one run of the model's test; past it the test failed.")
     repro_python: str = Field("$(command -v python || command -v python3)", description="repro-gen: interpreter command (shell).")
+    repro_guard: bool = Field(True, description="repro-gen: cross over (sham then gold state in one container, gold then "
+                              "sham in the other; .git unreadable during the runs) so that only the bug decides the exit "
+                              "codes (repro.py). false = NeMo-Gym parity: one run on the base tree, one after the gold patch.")
 
 
 def sif_docker_ref(image: str | None) -> str:
@@ -194,13 +199,20 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
         extras.update(model_patch=patch, patch_applied=False)
         started = time.monotonic()
         async with self._sandbox(row) as (image, sandbox, repo):
-            inputs = GradeInputs(repo_dir=repo, base_commit=inst.base_commit, model_patch=patch, test_patch="",
+            # The row's setup runs before the patch (as in NeMo-Gym): nothing the patch changed
+            # (setup.py, a module it imports) runs while packages are installed.
+            inputs = GradeInputs(repo_dir=repo, base_commit=inst.base_commit or "HEAD", model_patch=patch, test_patch="",
                                  test_files=[], test_command=inst.test_script, fail_to_pass=inst.FAIL_TO_PASS,
-                                 pass_to_pass=inst.PASS_TO_PASS, pre_test=inst.setup_script)
+                                 pass_to_pass=inst.PASS_TO_PASS, setup=inst.setup_script,
+                                 protect=cfg.protect_test_infrastructure, channel=self.uses_channel(inst.repo),
+                                 scratch=self.grade_scratch)
             outcome = await grade_in_sandbox(sandbox, inputs, apply_timeout_s=cfg.apply_timeout_s,
                                              test_timeout_s=cfg.test_timeout_s, limits=self._limits(image))
         extras.update(image=image, patch_applied=outcome.patch_applied, apply_method=outcome.apply_method,
-                      grade_s=round(time.monotonic() - started, 3))
+                      grade_s=round(time.monotonic() - started, 3), **outcome.integrity_extras())
+        if not outcome.patch_applied and outcome.test_verdict and "setup_s" in outcome.timings:
+            return Verdict.failure(FailureClass.TIMEOUT if outcome.timed_out else FailureClass.SANDBOX_ERROR,
+                                   f"setup_script: {outcome.test_verdict}", **extras)
         if not outcome.patch_applied:
             if outcome.test_verdict:
                 return Verdict.failure(FailureClass.TIMEOUT, f"applying the patch: {outcome.test_verdict}", **extras)
@@ -210,7 +222,7 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
         extras.update(log_tail=outcome.test_log[-cfg.log_tail_chars:] if cfg.log_tail_chars else "",
                       test_exit_code=outcome.test_exit_code)
         if outcome.timed_out:
-            return Verdict.failure(FailureClass.TIMEOUT, f"setup_script + test_script ran past test_timeout_s={cfg.test_timeout_s}",
+            return Verdict.failure(FailureClass.TIMEOUT, f"test_script ran past test_timeout_s={cfg.test_timeout_s}",
                                    **extras)
         if outcome.resolution is None:
             return Verdict.failure(FailureClass.SANDBOX_ERROR, f"the test run ended with {outcome.test_verdict}", **extras)
@@ -227,51 +239,92 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
 
     # ---- reproduction tests --------------------------------------------------------------
     async def _run_repro(self, row: SweGenRow, test: str, filename: str, *, with_gold: bool) -> dict[str, Any]:
-        """One phase in a fresh sandbox: {"exit_code", "verdict", "output"} or {"failure": (class, detail)}."""
+        """NeMo-Gym parity (repro_guard off): one run in a fresh sandbox, on the base tree or after the
+        gold patch. {"exit_code", "verdict", "output"} or {"failure": (class, detail)}."""
         cfg = self.cfg
-        env = {"HOME": "/tmp/verigym-home", "GIT_CONFIG_NOSYSTEM": "1", "PAGER": "cat"}
         async with self._sandbox(row) as (image, sandbox, repo):
             limits = self._limits(image)
             if with_gold:
                 gold = GradeInputs(repo_dir=repo, base_commit="", model_patch=row.instance.patch, test_patch="",
-                                   test_files=[], test_command="", fail_to_pass=[], pass_to_pass=[])
+                                   test_files=[], test_command="", fail_to_pass=[], pass_to_pass=[], protect=False,
+                                   channel=False, scratch=self.grade_scratch)
                 applied = await sandbox.exec(["bash", "-s"], stdin=apply_script(gold), timeout=cfg.apply_timeout_s,
-                                             limits=limits, env=env)
+                                             limits=limits, env=GRADE_ENV)
                 if applied.verdict is not ResourceVerdict.OK or applied.exit_code != 0:
                     return {"failure": (FailureClass.VERIFIER_ERROR, "the row's gold patch (instance.patch) does not "
                                         f"apply: {(applied.text() + applied.text('stderr'))[-400:]}")}
-            prepared = await sandbox.exec(["bash", "-c", row.instance.regression_script], timeout=cfg.test_timeout_s,
-                                          limits=limits, env=env)
-            if prepared.verdict is not ResourceVerdict.OK:
-                return {"failure": (FailureClass.TIMEOUT if prepared.verdict is ResourceVerdict.TIMEOUT
-                                    else FailureClass.SANDBOX_ERROR, f"regression_script: {prepared.verdict.value}")}
+            failure = await self._regression(row, sandbox, limits)
+            if failure:
+                return {"failure": failure}
             await sandbox.upload({filename: test})
-            command = f"{cfg.pre_test_command}\ncd {shlex.quote(repo)} && exec {cfg.repro_python} {shlex.quote(filename)}"
-            ran = await sandbox.exec(["bash", "-c", command], timeout=cfg.repro_timeout_s, limits=limits, env=env)
+            ran = await sandbox.exec(["bash", "-c", self._test_command(repo, filename)], timeout=cfg.repro_timeout_s,
+                                     limits=limits, env=GRADE_ENV)
         exit_code = ran.exit_code if ran.verdict is ResourceVerdict.OK else None
-        return {"exit_code": exit_code, "verdict": ran.verdict.value,
-                "output": (ran.text() + ran.text("stderr"))[-cfg.log_tail_chars:] if cfg.log_tail_chars else ""}
+        return {"exit_code": exit_code, "verdict": ran.verdict.value, "output": self._tail(ran.text() + ran.text("stderr"))}
+
+    def _test_command(self, repo: str, filename: str) -> str:
+        return f"{self.cfg.pre_test_command}\ncd {shlex.quote(repo)} && exec {self.cfg.repro_python} {shlex.quote(filename)}"
+
+    def _tail(self, text: str) -> str:
+        return text[-self.cfg.log_tail_chars:] if self.cfg.log_tail_chars else ""
+
+    async def _regression(self, row: SweGenRow, sandbox: Sandbox, limits: Any) -> tuple[FailureClass, str] | None:
+        prepared = await sandbox.exec(["bash", "-c", row.instance.regression_script], timeout=self.cfg.test_timeout_s,
+                                      limits=limits, env=GRADE_ENV)
+        if prepared.verdict is ResourceVerdict.OK:
+            return None
+        return (FailureClass.TIMEOUT if prepared.verdict is ResourceVerdict.TIMEOUT else FailureClass.SANDBOX_ERROR,
+                f"regression_script: {prepared.verdict.value}")
+
+    async def _run_crossover(self, row: SweGenRow, test: str, filename: str, order: tuple[str, str]) -> dict[str, Any]:
+        """repro_guard: one container, the test in order[0]'s state then order[1]'s (repro.py)."""
+        cfg = self.cfg
+        async with self._sandbox(row) as (image, sandbox, repo):
+            limits = self._limits(image)
+            failure = await self._regression(row, sandbox, limits)
+            if failure:
+                return {"failure": failure}
+            await sandbox.upload({filename: test})
+            runs = await run_crossover(sandbox, repo, row.instance.patch, secrets.token_hex(8), order,
+                                       self._test_command(repo, filename), apply_timeout_s=cfg.apply_timeout_s,
+                                       repro_timeout_s=cfg.repro_timeout_s, limits=limits, env=GRADE_ENV)
+        if "failure" in runs:
+            return {"failure": (FailureClass.VERIFIER_ERROR, f"the row's gold patch (instance.patch): {runs['failure']}")}
+        runs["outputs"] = [self._tail(o) for o in runs["outputs"]]
+        return runs
 
     async def grade_repro(self, row: SweGenRow, test: str, filename: str, extras: dict[str, Any]) -> Verdict:
-        extras.update(repro_test=test, repro_file=filename)
+        extras.update(repro_test=test, repro_file=filename, repro_guard=self.cfg.repro_guard)
         started = time.monotonic()
-        before, after = await asyncio.gather(self._run_repro(row, test, filename, with_gold=False),
-                                             self._run_repro(row, test, filename, with_gold=True))
+        if self.cfg.repro_guard:
+            a, b = await asyncio.gather(self._run_crossover(row, test, filename, ("sham", "gold")),
+                                        self._run_crossover(row, test, filename, ("gold", "sham")))
+            for phase in (a, b):
+                if "failure" in phase:
+                    return Verdict.failure(*phase["failure"], **extras)
+            # before = the sham state (the bug present), after = the gold state
+            before = {"codes": [a["codes"][0], b["codes"][1]], "verdicts": [a["verdicts"][0], b["verdicts"][1]],
+                      "outputs": [a["outputs"][0], b["outputs"][1]]}
+            after = {"codes": [a["codes"][1], b["codes"][0]], "verdicts": [a["verdicts"][1], b["verdicts"][0]],
+                     "outputs": [a["outputs"][1], b["outputs"][0]]}
+        else:
+            one, two = await asyncio.gather(self._run_repro(row, test, filename, with_gold=False),
+                                            self._run_repro(row, test, filename, with_gold=True))
+            for phase in (one, two):
+                if "failure" in phase:
+                    failure_class, detail = phase["failure"]
+                    return Verdict.failure(failure_class, detail, **extras)
+            before = {"codes": [one["exit_code"]], "verdicts": [one["verdict"]], "outputs": [one["output"]]}
+            after = {"codes": [two["exit_code"]], "verdicts": [two["verdict"]], "outputs": [two["output"]]}
         extras["grade_s"] = round(time.monotonic() - started, 3)
-        for phase in (before, after):
-            if "failure" in phase:
-                failure_class, detail = phase["failure"]
-                return Verdict.failure(failure_class, detail, **extras)
-        codes = (before["exit_code"], after["exit_code"])
-        extras.update(return_codes_before_patch=[codes[0]], return_codes_after_patch=[codes[1]],
-                      verdict_before=before["verdict"], verdict_after=after["verdict"],
-                      output_before=before["output"], output_after=after["output"],
-                      verification_result={"status": "done", "return_codes_before_patch": [codes[0]],
-                                           "return_codes_after_patch": [codes[1]]})
-        if codes == (2, 0):
+        extras.update(return_codes_before_patch=before["codes"], return_codes_after_patch=after["codes"],
+                      verdict_before=before["verdicts"], verdict_after=after["verdicts"],
+                      output_before=before["outputs"][0], output_after=after["outputs"][0],
+                      verification_result={"status": "done", "return_codes_before_patch": before["codes"],
+                                           "return_codes_after_patch": after["codes"]})
+        if all(c == 2 for c in before["codes"]) and all(c == 0 for c in after["codes"]):
             extras["reason"] = "the test reproduces the issue (exit 2) and passes with the gold patch (exit 0)"
             return Verdict(1.0, extras=extras)
-        extras["reason"] = (f"exit codes {codes[0]} before / {codes[1]} after the gold patch; "
-                            "needed 2 then 0 (None: the test was stopped, see verdict_before/after)")
+        extras["reason"] = (f"exit codes {before['codes']} before / {after['codes']} after the gold patch; "
+                            "needed 2 then 0 in every run (None: the test was stopped, see verdict_before/after)")
         return Verdict(0.0, extras=extras)
-

@@ -2,9 +2,12 @@
 
 ``/seed_session`` creates the sandbox, writes ``setup_files`` and runs ``setup_commands``;
 ``POST /exec`` runs one shell command there, in one shell kept for the session (cwd,
-variables and background jobs persist; see the README); ``/verify`` uploads ``check_files`` (so the
-model cannot have planted or edited them) and runs ``check_command`` in the same sandbox:
-exit status 0 = reward 1.
+variables and background jobs persist; see the README); ``/verify`` first ends every process
+of the session, then uploads ``check_files`` (so the model cannot have planted or edited them)
+and runs ``check_command`` over the session's workspace with an environment the workspace
+cannot shadow (``check_prelude``): exit status 0 = reward 1. Where the session could change
+the sandbox's system files (a container), the check runs in a fresh sandbox of the row's setup
+with the session's workspace copied in (``check_sandbox``).
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import asyncio
 import base64
 import posixpath
 import secrets
-import shlex
+import shutil
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -24,6 +28,8 @@ from sandboxes.base import Sandbox, SandboxProcess
 from sandboxes.env_support import CanaryFailed, SandboxedEnvironment, SandboxLimitsConfig
 from servers.environment import EnvConfig, Environment, SessionError, ToolError, Verdict, tool
 from servers.wire import FailureClass, ResponseObject, RowModel, response_from_text
+
+from .checking import PRELUDE_FAILED, check_prelude, clear_paths_script, write_check_site
 
 
 class TerminalRow(RowModel):
@@ -51,6 +57,12 @@ class TerminalConfig(SandboxLimitsConfig, EnvConfig):  # memory_mb, max_processe
     max_output_chars: int = Field(10000, ge=100, description="Characters of each stream returned to the model.")
     persistent_shell: bool = Field(True, description="One shell per session (cwd, variables, background jobs persist) "
                                    "where the backend supports it; false = a fresh sh -c per command.")
+    check_sandbox: Literal["auto", "session", "fresh"] = Field(
+        "auto", description="Where the check runs: session = the session's sandbox; fresh = a new sandbox of the row's "
+        "setup with the session's workspace copied in; auto = fresh where the session could change the sandbox's "
+        "system files (container backend), else session.")
+    max_workspace_mb: int = Field(512, ge=1, description="check_sandbox fresh: the largest workspace copied into the "
+                                  "check's sandbox; a larger one scores 0.")
 
 
 class ExecArgs(BaseModel):
@@ -87,29 +99,7 @@ while IFS=' ' read -r __vg_mark __vg_code; do
 done
 """
 _MARKER_GRACE_S = 5.0
-
-
-def clear_paths_script(paths: list[str]) -> str:
-    """Shell that makes room for the check files whatever the model left at their paths.
-
-    The model owns the workspace: it may have put a directory, a symlink (pointing anywhere)
-    or a file where a check file or one of its parent directories goes, or taken the write
-    bit away. Uploading over that fails, and a failure there must not turn the rollout into
-    a masked infrastructure error (a way to dodge a zero), so those entries are removed first.
-    """
-    lines = ["chmod u+rwx . 2>/dev/null"]
-    for path in paths:
-        prefix = ""
-        for part in posixpath.dirname(posixpath.normpath(path)).split("/"):
-            if not part or part == ".":
-                continue
-            prefix = posixpath.join(prefix, part)
-            q = shlex.quote(prefix)
-            lines.append(f"if [ -L {q} ] || {{ [ -e {q} ] && [ ! -d {q} ]; }}; then rm -f {q}; fi; "
-                         f"[ -d {q} ] && chmod u+rwx {q}")
-        q = shlex.quote(posixpath.normpath(path))
-        lines.append(f"if [ -L {q} ] || [ -d {q} ]; then chmod -R u+rwx {q} 2>/dev/null; rm -rf {q}; fi")
-    return "\n".join(lines) + "\ntrue\n"
+WORKDIR = "/workspace"
 
 
 def _tail(data: bytes, limit: int) -> tuple[str, bool]:
@@ -127,8 +117,27 @@ class TerminalEnv(SandboxedEnvironment, Environment):
     Config = TerminalConfig
     stateful = True
 
+    _check_site: str | None = None  # host folder of the check's guard (process backend)
+
     def _limits(self, wall_s: float) -> Limits:
         return self.config.limits(wall_s)
+
+    def sandbox_backend_options(self) -> dict[str, Any]:
+        options = super().sandbox_backend_options()
+        if self.config.sandbox_backend == "process":
+            # The process backend's /tmp is not writable by the sandbox uid: the check's guard
+            # comes from a host folder every sandbox of this backend sees read-only.
+            self._check_site = tempfile.mkdtemp(prefix="verigym-terminal-check-")
+            write_check_site(self._check_site)
+            options["extra_ro_binds"] = [*options.get("extra_ro_binds", ()), self._check_site]
+        return options
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            if self._check_site is not None:
+                shutil.rmtree(self._check_site, ignore_errors=True)
 
     def sandbox_run_limits(self) -> Limits:
         return self._limits(self.config.command_timeout_s)
@@ -151,7 +160,7 @@ class TerminalEnv(SandboxedEnvironment, Environment):
     async def _prepared(self, row: TerminalRow) -> Sandbox:
         """A sandbox with the row's setup done. SessionError = the row's setup is broken."""
         try:
-            sandbox = await self.backend.create(SandboxSpec(files=dict(row.setup_files)))
+            sandbox = await self.backend.create(SandboxSpec(files=dict(row.setup_files), workdir=WORKDIR))
         except SandboxPathError as exc:  # e.g. both "a" and "a/b" in setup_files
             raise SessionError(f"setup files cannot be written: {exc}") from exc
         try:
@@ -258,38 +267,74 @@ class TerminalEnv(SandboxedEnvironment, Environment):
             reply["killed"] = result.verdict.value
         return reply
 
+    def _fresh_check(self, sandbox: Sandbox) -> bool:
+        mode = self.config.check_sandbox
+        return mode == "fresh" or (mode == "auto" and sandbox.system_writable)
+
+    async def _end_session(self, session: Session) -> None:
+        """Nothing of the model may still run when the checker is written and run: a background
+        job could rewrite it, or the files it reads, after the upload."""
+        if session.shell is not None:
+            await session.shell.kill()
+            session.shell = None
+        await session.sandbox.end_processes()
+
+    async def _copy_of(self, row: TerminalRow, session: Session) -> Sandbox:
+        """A fresh sandbox of the row's setup whose workspace is the session's (check_sandbox
+        fresh): the image's interpreter and tools, whatever the session did to its own.
+        SandboxPathError: the workspace is over max_workspace_mb (the model's doing)."""
+        archive = await session.sandbox.archive_workspace(max_bytes=self.config.max_workspace_mb << 20)
+        fresh = await self._prepared(row)
+        try:
+            await fresh.extract_workspace(archive)
+        except BaseException:
+            await fresh.destroy()
+            raise
+        return fresh
+
     async def verify(self, row: TerminalRow, response: ResponseObject, session: Session | None) -> Verdict:
         cfg = self.config
-        # Without a session (no tool calls were made) the task is checked in a fresh setup.
-        try:
-            sandbox = session.sandbox if session is not None else await self._prepared(row)
-        except SessionError as exc:
-            return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc))
-        except SandboxError as exc:
-            return Verdict.failure(FailureClass.SANDBOX_ERROR, str(exc))
         commands_run = session.commands if session else 0
+        sandbox: Sandbox | None = None
+        fresh = session is None
         try:
-            if row.check_files:
-                if session is not None:
+            if session is None:  # no tool call was made: the task is checked in a fresh setup
+                sandbox = await self._prepared(row)
+            else:
+                async with session.lock:
+                    await self._end_session(session)
+                sandbox = session.sandbox
+                if self._fresh_check(sandbox):
+                    sandbox, fresh = await self._copy_of(row, session), True
+                if row.check_files:
                     await sandbox.exec(clear_paths_script(list(row.check_files)), timeout=cfg.check_timeout_s,
                                        limits=self._limits(cfg.check_timeout_s))
+            if row.check_files:
                 await sandbox.upload(dict(row.check_files))
-            result = await sandbox.exec(row.check_command, timeout=cfg.check_timeout_s,
-                                        limits=self._limits(cfg.check_timeout_s))
+            result = await sandbox.exec(["/bin/sh", "-c", check_prelude(WORKDIR, self._check_site), "sh",
+                                         row.check_command],
+                                        timeout=cfg.check_timeout_s, limits=self._limits(cfg.check_timeout_s))
+        except SessionError as exc:
+            return Verdict.failure(FailureClass.VERIFIER_ERROR, str(exc))
         except SandboxPathError as exc:
             if session is None:  # only the row's own setup ran: its files and check files collide
                 return Verdict.failure(FailureClass.VERIFIER_ERROR, f"check files cannot be written: {exc}")
-            # What the model left in the workspace still blocks a check file (e.g. a background
-            # job recreated it after clear_paths_script): the task is not solved.
+            # What the model left in the workspace blocks a check file, or is too large to copy:
+            # the task is not solved.
             return Verdict(0.0, extras={"check_error": str(exc), "commands_run": commands_run})
         except SandboxError as exc:
             return Verdict.failure(FailureClass.SANDBOX_ERROR, f"{type(exc).__name__}: {exc}")
         finally:
-            if session is None:
+            if sandbox is not None and fresh:
                 await sandbox.destroy()
+        output = result.text("stdout") + result.text("stderr")
         extras = {"check_exit_code": result.exit_code, "check_verdict": result.verdict.value,
-                  "check_output": (result.text("stdout") + result.text("stderr"))[-2000:],
-                  "commands_run": commands_run}
+                  "check_output": output[-2000:], "commands_run": commands_run,
+                  "check_sandbox": "fresh" if fresh else "session"}
+        if result.exit_code == 125 and PRELUDE_FAILED in result.text("stderr") and (fresh or not sandbox.system_writable):
+            # The model never ran where the prelude failed (a fresh sandbox, or the process
+            # backend's private /tmp): the check could not be prepared.
+            return Verdict.failure(FailureClass.SANDBOX_ERROR, "the check's environment could not be prepared", **extras)
         if result.verdict is ResourceVerdict.TIMEOUT:
             # The model may have left the workspace in a state that hangs the check: its fault.
             return Verdict(0.0, extras=extras)

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from environments.agent_actions.calls import MatchOptions, make_call, match_calls, parse_arguments
+from environments.agent_actions.calls import (MatchOptions, call_problems, declared_types, make_call, match_calls,
+                                             parse_arguments, type_problems)
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
 
@@ -62,6 +63,9 @@ class ToolCallConfig(EnvConfig):
     whitespace: Literal["collapse", "strip", "exact"] = Field("collapse", description="String whitespace rule.")
     case_sensitive: bool = Field(True, description="Compare string arguments case-sensitively.")
     allow_extra_arguments: bool = Field(False, description="Accept predicted arguments the expected call lacks.")
+    typed_arguments: bool = Field(True, description="A predicted argument must have the JSON type the row's tool "
+                                                    "declares for it (\"02134\" for a string is not 2134); false = "
+                                                    "values compared without the tool's types.")
 
     @model_validator(mode="after")
     def _weights(self) -> "ToolCallConfig":
@@ -87,7 +91,9 @@ class ToolCall(Environment):
                                case_sensitive=cfg.case_sensitive, allow_extra_arguments=cfg.allow_extra_arguments)
         expected = [make_call(c.name, c.arguments) for c in row.expected_calls()]
         predicted = [make_call(item.name or "", item.arguments) for item in response.function_calls]
-        result = match_calls(expected, predicted, options)
+        declared = declared_types(row.responses_create_params.tools) if cfg.typed_arguments else {}
+        result = match_calls(expected, predicted, options,
+                             lambda e, p: call_problems(e, p, options) or type_problems(p, declared))
         if cfg.scoring == "binary":
             name_score = arguments_score = 1.0 if result.exact else 0.0
         else:

@@ -12,10 +12,11 @@ A judge that is down, times out, or keeps answering without a verdict raises
 :class:`JudgeError`; the server turns it into failure class ``judge_error`` (masked), never
 a default score. See docs/judges.md.
 
-Usage in an environment::
+Usage in an environment (the response goes through the prompt layer, ``untrusted.py``: fenced,
+verdict-like text removed, the verdict read outside any echo of it)::
 
     from servers.environment import EnvConfig, Environment, Verdict
-    from servers.judge import JudgedConfig, JudgedEnvironment, find_label
+    from servers.judge import JudgedConfig, JudgedEnvironment, judge_prompt, label_verdict
 
     class RubricConfig(JudgedConfig, EnvConfig):
         pass                                   # + your keys; config.yaml sets judges.judge.{base_url, model}
@@ -25,9 +26,9 @@ Usage in an environment::
         judge_names = ("judge",)               # checked at server start
 
         async def verify(self, row, response, session):
-            answer = await self.judge("judge").ask(
-                [{"role": "user", "content": f"... {response.output_text} ... [[YES]] or [[NO]]"}],
-                parse=lambda text: find_label(text, {"[[YES]]": True, "[[NO]]": False}))
+            prompt = judge_prompt("... {answer} ... [[YES]] or [[NO]]", label_verdict({"[[YES]]": True, "[[NO]]": False}),
+                                  untrusted={"answer": response.output_text}, guard=self.config.response_guard)
+            answer = await self.judge("judge").ask(prompt.messages, prompt.read)
             return Verdict(1.0 if answer.verdict else 0.0, extras={"judge_cached": answer.cached})
 
 ``parse`` returns the verdict or None ("no verdict in this reply": asked again up to
@@ -43,6 +44,10 @@ from servers.judge.client import Judge, JudgeAnswer, JudgeError, JudgeSet
 from servers.judge.config import JudgeConfig, JudgedConfig
 from servers.judge.env_support import JudgedEnvironment, final_answer, judge_messages, last_user_text
 from servers.judge.protocol import Message, check_prompt_template, find_label, find_regex, strip_think
+from servers.judge.untrusted import (JudgePrompt, ResponseGuard, VerdictFormat, guard_message, judge_prompt,
+                                     label_verdict, regex_verdict, spaced)
 
-__all__ = ["Judge", "JudgeAnswer", "JudgeConfig", "JudgeError", "JudgeSet", "JudgedConfig", "JudgedEnvironment",
-           "Message", "check_prompt_template", "final_answer", "find_label", "find_regex", "judge_messages", "last_user_text", "strip_think"]
+__all__ = ["Judge", "JudgeAnswer", "JudgeConfig", "JudgeError", "JudgePrompt", "JudgeSet", "JudgedConfig",
+           "JudgedEnvironment", "Message", "ResponseGuard", "VerdictFormat", "check_prompt_template", "final_answer",
+           "find_label", "find_regex", "guard_message", "judge_messages", "judge_prompt", "label_verdict",
+           "last_user_text", "regex_verdict", "spaced", "strip_think"]

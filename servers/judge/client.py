@@ -76,7 +76,7 @@ class Judge:
         self.cache = _LRU(cfg.cache_size)
         self._in_flight: dict[str, asyncio.Future[str]] = {}
         key = cfg.api_key()
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.headers: dict[str, str] = {"Authorization": f"Bearer {key}"} if key else {}
 
     async def ask(self, messages: list[Message], parse: Callable[[str], T | None]) -> JudgeAnswer[T]:
         """Send ``messages``; return ``parse(reply)`` once it is not None.
@@ -170,7 +170,7 @@ class Judge:
                 async with self.endpoint.slots:
                     start = time.perf_counter()
                     try:
-                        payload = await self.endpoint.post(path, body, self._headers, cfg.timeout_s)
+                        payload = await self.endpoint.post(path, body, self.headers, cfg.timeout_s)
                     finally:
                         self.metrics.observe_call(time.perf_counter() - start)
                 text = reply_text(cfg.api, payload)
@@ -238,18 +238,40 @@ class JudgeSet:
             await endpoint.close()
 
     async def health(self, max_age_s: float = 2.0) -> dict[str, Any]:
-        """Per judge: reachable (``GET /models`` answered) and breaker state. Cached ``max_age_s``
-        so a health poller does not turn into load on the judge."""
+        """Per judge: ready (its endpoint lists its model on ``GET /models``) and breaker state.
+        A server that answers but serves another model is not ready: every call would fail.
+        Cached ``max_age_s`` so a health poller does not turn into load on the judge."""
         now = time.monotonic()
         if self._health is not None and now - self._health[0] < max_age_s:
             return self._health[1]
-        probes = {url: asyncio.ensure_future(ep.reachable()) for url, ep in self.endpoints.items()}
+        # One probe per endpoint and key (a hosted /models needs the key as much as a completion).
+        probes: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        for judge in self.judges.values():
+            auth = judge.headers.get("Authorization", "")
+            if (judge.cfg.base_url, auth) not in probes:
+                probes[judge.cfg.base_url, auth] = asyncio.ensure_future(judge.endpoint.served_models(judge.headers))
         report: dict[str, Any] = {}
         for name, judge in self.judges.items():
-            probe = await probes[judge.cfg.base_url]
+            probe = await probes[judge.cfg.base_url, judge.headers.get("Authorization", "")]
             state = judge.endpoint.breaker.state
-            report[name] = {"ok": bool(probe.get("ok")) and state != "open", "base_url": judge.cfg.base_url,
-                            "model": judge.cfg.model, "breaker": state, **{k: v for k, v in probe.items() if k != "ok"}}
+            entry: dict[str, Any] = {"base_url": judge.cfg.base_url, "model": judge.cfg.model, "breaker": state}
+            error = probe.get("error")
+            if "models" in probe:
+                entry["served_models"] = probe["models"]
+                if judge.cfg.model not in probe["models"]:
+                    served = ", ".join(repr(m) for m in probe["models"][:10]) or "none"
+                    error = (f"judge {name!r}: model {judge.cfg.model!r} is not served at {judge.cfg.base_url} "
+                             f"(served: {served}); set judges.{name}.model to one of them or point "
+                             f"judges.{name}.base_url at a server of {judge.cfg.model!r}")
+            elif error:
+                error = f"judge {name!r}: {error}"
+            if error is None and state == "open":
+                error = (f"judge {name!r}: its circuit is open ({judge.endpoint.breaker.consecutive} failed calls "
+                         "in a row); it closes when a probe call succeeds")
+            entry["ok"] = error is None
+            if error is not None:
+                entry["error"] = error
+            report[name] = entry
         self._health = (now, report)
         return report
 

@@ -73,6 +73,12 @@ class JudgedConfig(BaseModel):
     judges: dict[str, JudgeConfig] = Field(
         default_factory=dict, description="Named judges: {name: {base_url, model, api, ...}}; the environment "
                                           "says which names it needs.")
+    response_guard: Literal["guarded", "verbatim"] = Field(
+        "guarded", description="guarded: the response is fenced with a secret tag, verdict labels / score blocks / "
+                               "control tokens / prompt headings inside it are removed, and the verdict is read "
+                               "outside any echo of it (docs/judges.md); verbatim: pasted as NeMo-Gym pastes it "
+                               "(exact parity with a NeMo-Gym run, but response text can steer the verdict).")
     judge_health: Literal["require", "report"] = Field(
-        "require", description="require: /health answers 503 while a judge endpoint is unreachable (the server "
-                               "cannot score); report: /health shows the judge's state but stays 200.")
+        "require", description="require: /health answers 503 while a judge endpoint is unreachable, does not serve "
+                               "the judge's model, or has its circuit open (the server cannot score); report: "
+                               "/health shows the judge's state but stays 200.")

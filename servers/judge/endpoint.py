@@ -133,19 +133,29 @@ class Endpoint:
             raise CallFailed("bad_response", f"{url} answered {status} with non-JSON: {raw[:300]!r}",
                              retryable=True, trips_breaker=False) from None
 
-    async def reachable(self, timeout_s: float = 2.0) -> dict[str, Any]:
-        """``GET {base_url}/models``: any HTTP answer below 500 means the server is up."""
+    async def served_models(self, headers: dict[str, str], timeout_s: float = 2.0) -> dict[str, Any]:
+        """``GET {base_url}/models``: ``{"ok": True, "models": [ids]}`` when it answers an OpenAI model
+        list, else ``{"ok": False, "error": one line}``. Up is not enough for a judge to be ready:
+        the caller checks that its model is among ``models``."""
         url = self.base_url + "/models"
         try:
             async with asyncio.timeout(timeout_s):
-                async with self.session.get(url) as reply:
-                    await reply.read()
-                    return {"ok": reply.status < 500, "status": reply.status}
+                async with self.session.get(url, headers=headers) as reply:
+                    raw = await reply.read()
+                    status = reply.status
         except asyncio.TimeoutError:
             return {"ok": False, "error": f"GET {url}: no answer within {timeout_s:g}s"}
         except (aiohttp.ClientError, OSError) as exc:
             return {"ok": False, "error": f"GET {url}: {type(exc).__name__}: {exc}"}
-
+        if status != 200:
+            return {"ok": False, "status": status, "error": f"GET {url} answered {status}: {raw[:200]!r}"}
+        try:
+            listed = orjson.loads(raw)["data"]
+            models = [str(m["id"]) for m in listed]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return {"ok": False, "status": status,
+                    "error": f"GET {url} answered no OpenAI model list ({{'data': [{{'id': ...}}]}}): {raw[:200]!r}"}
+        return {"ok": True, "status": status, "models": models}
 
 def _seconds(header: str | None) -> float | None:
     try:

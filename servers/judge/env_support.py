@@ -79,8 +79,8 @@ class JudgedEnvironment:
         if self.judges is None:
             return {"ok": False, "error": "judges not opened (setup() not run)"}
         report = await self.judges.health()
-        reachable = all(j["ok"] for j in report.values())
-        ok = reachable or self.config.judge_health == "report"
+        errors = [j["error"] for j in report.values() if not j["ok"]]
+        ok = not errors or self.config.judge_health == "report"
+        # One line: what is wrong with the first judge that cannot answer (every one is in "judges").
         return {"ok": ok, "judges": report,
-                **({} if reachable else {"error": "a judge endpoint is unreachable or its circuit is open: "
-                                                  "samples will fail with judge_error"})}
+                **({} if not errors else {"error": f"{errors[0]}: samples will fail with judge_error"})}

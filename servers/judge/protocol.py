@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping, TypeVar
 
+from servers.answer_text import strip_think  # noqa: F401  (re-exported: the judge's reply is read like a response)
 from servers.judge.config import JudgeConfig
 
 T = TypeVar("T")
@@ -68,22 +69,6 @@ def reply_text(api: str, payload: Any) -> str:
                 parts.extend(c.get("text") or "" for c in content
                              if isinstance(c, dict) and c.get("type") in ("output_text", "text"))
     return "".join(parts)
-
-
-_THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
-_UNOPENED_THINK = re.compile(r"^.*?</(think|thinking)>", re.DOTALL | re.IGNORECASE)
-_UNCLOSED_THINK = re.compile(r"^\s*<(think|thinking)>", re.IGNORECASE)
-
-
-def strip_think(text: str) -> str:
-    """Drop reasoning: ``<think>...</think>`` blocks; a leading block whose opening tag was in
-    the chat template (text then starts inside it and has only the closing tag); and a reply
-    that opens a block and never closes it (all reasoning, no verdict: the result is empty)."""
-    text = _THINK_BLOCK.sub("", text)
-    text = _UNOPENED_THINK.sub("", text, count=1)
-    if _UNCLOSED_THINK.match(text):
-        return ""
-    return text.strip()
 
 
 def find_label(text: str, labels: Mapping[str, T]) -> T | None:

@@ -3,7 +3,8 @@
 * ``tiny`` — the trainer's tiny preset (:mod:`servers.model.tiny`), seeded, built in memory;
 * a Hugging Face checkpoint folder (``config.json`` + weights + tokenizer), which is what
   ``driver run`` writes for every checkpoint step (``<log_dir>/checkpoints/step_000040``);
-* a trainer checkpoint root (a folder with a ``latest`` pointer): its newest step;
+* a trainer checkpoint root (a folder with a ``latest`` pointer), or that pointer file
+  (``<log_dir>/checkpoints/latest``): the step it names;
 * a hub id, when the machine can reach the hub (``AutoModelForCausalLM`` resolves it).
 
 torch and transformers come with the ``[train]`` extra; without them this says so instead of
@@ -34,7 +35,9 @@ def require_torch() -> None:
 
 
 def resolve_source(source: str) -> str:
-    """``tiny``, a checkpoint folder (a trainer checkpoint root resolves to its latest step), or a hub id."""
+    """``tiny``, a checkpoint folder (a trainer checkpoint root, or its ``latest`` pointer file,
+    resolves to the step it names), or a hub id. The one resolver of model paths: ``envs model
+    serve``, ``driver rollout --model`` and ``driver run policy.model_name=`` all use it."""
     if source == TINY:
         return TINY
     path = Path(source).expanduser()
@@ -42,11 +45,17 @@ def resolve_source(source: str) -> str:
         if source.startswith((".", "/", "~")) or source.count("/") > 1:
             raise ModelLoadError(f"{source} does not exist (give 'tiny', a checkpoint folder or a hub id)")
         return source  # a hub id such as Qwen/Qwen3-0.6B
+    if path.is_file() and path.name == "latest":  # the trainer's pointer: <checkpoints>/latest holds a step's name
+        path = path.parent
     if not path.is_dir():
         raise ModelLoadError(f"{source} is a file; give the checkpoint folder that holds config.json")
     pointer = path / "latest"
     if not (path / "config.json").exists() and pointer.is_file():
-        path = path / pointer.read_text().strip()
+        step = pointer.read_text().strip()
+        if not (path / step).is_dir():
+            raise ModelLoadError(f"{pointer} names {step!r}, which is not in {path} (deleted?); give a step folder, "
+                                 f"e.g. {path}/step_NNNNNN")
+        path = path / step
     if not (path / "config.json").exists():
         weights = (path / "model.safetensors").exists()
         raise ModelLoadError(

@@ -66,3 +66,15 @@ async def test_swe_checks_its_backend_answers_without_starting_a_sandbox():
         assert status == 503 and "fatal" not in body["checks"]["environment"]  # waits for the engine
     finally:
         await service.stop()
+
+
+def test_swe_on_apptainer_without_the_binary_stops_at_once_with_the_hint():
+    """A missing binary cannot appear while the server waits: /health is fatal, envs serve exits 1
+    at once (before, it waited its whole 180 s ready timeout on a 503 that could not change)."""
+    result = subprocess.run([sys.executable, "-m", "servers.cli", "serve", "swe", "sandbox_backend=apptainer",
+                             "sandbox_options.binary=verigym-no-such-apptainer"], cwd=REPO, capture_output=True,
+                            text=True, timeout=150)  # under the 180 s it used to wait
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert last.startswith("envs serve: swe: /health 503, cannot work here: ")
+    assert "'verigym-no-such-apptainer' is not installed" in last and "sandbox_backend=container" in last

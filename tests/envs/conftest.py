@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -13,6 +12,7 @@ from servers import registry
 from servers.app import start_server
 from servers.client import EnvClient
 from servers.environment import Environment
+from tests.podman_access import skip_unless_root_podman
 
 ServeEnv = Callable[..., Awaitable[tuple[EnvClient, Environment]]]
 
@@ -41,9 +41,8 @@ async def serve_env() -> AsyncIterator[ServeEnv]:
 def swe_tiny_image() -> str:
     """The offline tiny SWE instance image, built with Podman's Docker API up (scripts/ci_podman.sh,
     idempotent; the build script builds the sandbox layer's base test image first when missing).
-    Skips only when podman is not installed."""
-    if shutil.which("podman") is None:
-        pytest.skip("podman not installed (apt-get install podman runc)")
+    Skips when podman is not installed, or not as root (tests/podman_access.py)."""
+    skip_unless_root_podman("the SWE container tests")
     root = Path(__file__).resolve().parents[2]
     subprocess.run([str(root / "scripts/ci_podman.sh")], check=True, capture_output=True, timeout=60)
     subprocess.run(["bash", str(root / "environments/swe/images/tiny/build.sh")], check=True, timeout=600)

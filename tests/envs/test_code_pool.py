@@ -4,13 +4,13 @@ pool-less / fresh-interpreter configuration still judges the same."""
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
 from servers import registry
 from servers.service import EnvService
 
 from servers.wire import response_from_text
+from tests.sandbox_processes import sandbox_pids
 
 LEAVE = ("import os, subprocess\nprint(os.path.exists('left.txt'))\nopen('left.txt', 'w').write('x')\n"
          "subprocess.Popen(['sh', '-c', '(sleep 100 &); sleep 100'], start_new_session=True)")
@@ -49,8 +49,7 @@ async def test_pooled_sandbox_is_reused_clean(pooled):
     assert second["reward"] == 1.0, second["tests"]
     assert list(env.backend._live) == [sandbox] and sandbox._zygote.host_pid == zygote_pid  # reused, warm
     await env.pool._idle.get()  # wait for the background reset, then hold the sandbox
-    uid_procs = {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == sandbox.uid}
-    assert uid_procs == {zygote_pid}  # the sleeps are gone, only the idle zygote is left
+    assert sandbox_pids(sandbox.uid) == {zygote_pid}  # the sleeps are gone, only the idle zygote is left
     assert [e.name for e in sandbox.host_workdir.iterdir()] == []
     env.pool._idle.put_nowait(sandbox)
 
@@ -62,7 +61,7 @@ async def test_closing_the_server_leaves_nothing(pooled):
     uid = sandbox.uid
     await svc.stop()
     assert not env.backend._live
-    assert not [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
+    assert not sandbox_pids(uid)
 
 
 async def test_unpooled_fresh_interpreter_judges_the_same():

@@ -16,6 +16,11 @@ from servers.wire import response_from_text
 FAST = {"timeout_s": 1.0, "max_retries": 1, "backoff_s": 0.01, "backoff_max_s": 0.02, "breaker_reset_s": 0.1}
 
 
+def fenced(text: str) -> str:
+    """How a response's text sits in a guarded judge prompt: alone on its lines, before the closing marker."""
+    return f"\n{text}\n<<<END RESPONSE "
+
+
 def row(question: str, expected: str, **extra) -> dict:
     return {"responses_create_params": {"input": [{"role": "user", "content": question}]},
             "expected_answer": expected, **extra}
@@ -51,8 +56,10 @@ def test_settings_reject_bad_templates_and_labels():
 
 
 async def test_swap_check_asks_twice_with_answers_swapped(serve_env, judge):
-    judge.rules = [Rule(("GOLD:\nParis\n", "CANDIDATE:\nparis, France"), "same city [[A=B]]"),
-                   Rule(("GOLD:\nparis, France\n", "CANDIDATE:\nParis"), "the gold has a country [[A!=B]]")]
+    # The response is fenced (servers/judge/untrusted.py) in whichever slot it takes; the gold is not.
+    judge.rules = [Rule(("GOLD:\nParis\n", "CANDIDATE:\n<<<RESPONSE ", fenced("paris, France")), "same city [[A=B]]"),
+                   Rule(("GOLD:\n<<<RESPONSE ", fenced("paris, France"), "CANDIDATE:\nParis"),
+                        "the gold has a country [[A!=B]]")]
     client, _ = await serve(serve_env, judge, check_twice_swap=True, reward_if_swap_fails=-1.0)
     reply = await client.verify("equivalence_llm_judge", row("Capital of France?", "Paris"),
                                 response_from_text("paris, France"))
@@ -70,7 +77,7 @@ async def test_not_equal_skips_the_swap(serve_env, judge):
 
 async def test_per_record_regex_and_full_generation_rescue(serve_env, judge):
     # the regex cuts "**Lyon**" (wrong); the whole text also says Paris: the rescue pass gives partial credit
-    judge.rules = [Rule(("CANDIDATE:\nLyon",), "[[A!=B]]"), Rule(("CANDIDATE:\nNot Lyon",), "[[A=B]]")]
+    judge.rules = [Rule((fenced("Lyon"),), "[[A!=B]]"), Rule((fenced("Not Lyon but Paris; **Lyon**"),), "[[A=B]]")]
     client, _ = await serve(serve_env, judge, check_full_generation_on_fail=True,
                             reward_if_full_generation_succeeds=0.5)
     r = row("Capital?", "Paris", template_metadata={"output_regex": r"\*\*(.*?)\*\*"})
@@ -81,7 +88,7 @@ async def test_per_record_regex_and_full_generation_rescue(serve_env, judge):
 
 
 async def test_long_reference_skips_regex_and_second_pass(serve_env, judge):
-    judge.rules = [Rule(("CANDIDATE:\nintro **short** outro",), "[[A!=B]]")]
+    judge.rules = [Rule((fenced("intro **short** outro"),), "[[A!=B]]")]
     client, _ = await serve(serve_env, judge, extraction_length_threshold=10, check_full_generation_on_fail=True,
                             reward_if_full_generation_succeeds=0.5)
     r = row("Explain.", "a reference longer than ten characters", template_metadata={"output_regex": r"\*\*(.*?)\*\*"})
@@ -91,14 +98,14 @@ async def test_long_reference_skips_regex_and_second_pass(serve_env, judge):
 
 
 async def test_configurable_prompt_labels_and_question_regex(serve_env, judge):
-    judge.rules = [Rule(("Q=What is 2+2?|E=4|G=four",), "verdict: CORRECT")]
+    judge.rules = [Rule(("Q=What is 2+2?|E=4|G=<<<RESPONSE ", fenced("four")), "verdict: CORRECT")]
     client, _ = await serve(serve_env, judge, judge_prompt_template="Q={question}|E={expected_answer}|G={generated_answer}",
                             judge_equal_label="CORRECT", judge_not_equal_label="INCORRECT",
                             question_extract_regex=r"^QUESTION:\s*(.*)$", judge_system_message="be strict")
     reply = await client.verify("equivalence_llm_judge", row("context...\nQUESTION: What is 2+2?", "4"),
                                 response_from_text("four"))
     assert reply["reward"] == 1.0 and reply["judge_evaluations"][0]["verdict_label"] == "CORRECT"
-    judge.rules = [Rule(("G=five",), "It is INCORRECT")]  # CORRECT inside INCORRECT is not a CORRECT
+    judge.rules = [Rule((fenced("five"),), "It is INCORRECT")]  # CORRECT inside INCORRECT is not a CORRECT
     reply = await client.verify("equivalence_llm_judge", row("QUESTION: What is 2+2?", "4"), response_from_text("five"))
     assert reply["reward"] == 0.0
 

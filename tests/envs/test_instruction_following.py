@@ -166,3 +166,22 @@ def test_bind_cache_shares_only_equal_content_and_never_caches_errors():
     for _ in range(2):  # a bad row is rejected every time, not remembered as bound
         with pytest.raises(ValueError, match="relation"):
             bind_all(ids, [{"num_words": 39, "relation": "roughly"}])
+
+
+def test_linear_checkers_count_what_ifevals_regexes_count():
+    """The bullet, placeholder, title and postscript checks were rewritten to run in linear time
+    (IFEval's regexes backtrack quadratically on long runs); on random text they agree with them."""
+    import random
+    import re
+
+    from environments.instruction_following.checks_format import count_bullets, count_placeholders, postscript, title
+
+    rng = random.Random(26)
+    for _ in range(5000):
+        text = "".join(rng.choice(" \n\t*-[]<>pPsS.a") for _ in range(rng.randint(0, 20)))
+        assert count_bullets(text, "*") == len(re.findall(r"^\s*\*[^\*].*$", text, flags=re.MULTILINE))
+        assert count_bullets(text, "-") == len(re.findall(r"^\s*-.*$", text, flags=re.MULTILINE))
+        assert count_placeholders(text) == len(re.findall(r"\[.*?\]", text))
+        assert title(text) == any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", text))
+        for marker, pattern in (("P.S.", r"\s*p\.\s?s\..*$"), ("P.P.S", r"\s*p\.\s?p\.\s?s.*$"), ("p.a", r"\s*p\.a.*$")):
+            assert postscript(text, postscript_marker=marker) == bool(re.findall(pattern, text.lower(), flags=re.MULTILINE))

@@ -38,7 +38,8 @@ async def judge():
 
 
 async def test_task_template_and_system_prompt_reach_the_judge(serve_env, judge):
-    judge.rules = [Rule(("Q:Answer 2+2 in Roman numerals.|R:IV|S:IV|C:Is it four?",), '{"result": "PASS"}'),
+    judge.rules = [Rule(("Q:Answer 2+2 in Roman numerals.|R:<<<RESPONSE ", "\nIV\n<<<END RESPONSE ", ">>>|S:IV|C:Is it four?"),
+                        '{"result": "PASS"}'),
                    Rule(("|C:Roman numerals?",), '{"result": "FAIL", "explanation": "digits"}')]
     client, _ = await serve_env("inverse_if", judges={"judge": {"base_url": judge.url}}, aggregation="mean")
     reply = await client.verify("inverse_if", ROW, response_from_text("IV"))
@@ -50,7 +51,7 @@ async def test_task_template_and_system_prompt_reach_the_judge(serve_env, judge)
 
 
 async def test_config_fallbacks_for_tasks_without_prompts(serve_env, judge):
-    judge.rules = [Rule(("## Student Response\nIV\n", "## Evaluation Criteria\nIs it four?"), "PASS"),
+    judge.rules = [Rule(("## Student Response\n<<<RESPONSE ", "\nIV\n<<<END RESPONSE ", "## Evaluation Criteria\nIs it four?"), "PASS"),
                    Rule(("## Evaluation Criteria\nRoman numerals?",), "PASS")]
     client, _ = await serve_env("inverse_if", judges={"judge": {"base_url": judge.url}})
     row = {k: v for k, v in ROW.items() if k not in ("judge_prompt_template", "judge_system_prompt")}

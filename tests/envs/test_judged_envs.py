@@ -5,6 +5,7 @@ does to samples (judge_error, masked), to the server (healthy, serving) and to r
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -25,7 +26,8 @@ async def scripted():
 
 
 def point_at(judge: ScriptedJudge, *names: str, **cfg: Any) -> dict[str, Any]:
-    return {"judges": {name: {"base_url": judge.url, **FAST, **cfg} for name in names}}
+    # The model the scripted judge serves, unless a test names another: /health checks it is served.
+    return {"judges": {name: {"base_url": judge.url, "model": judge.models[0], **FAST, **cfg} for name in names}}
 
 
 def rubric_row(answer: str, *questions: str, **fields: Any) -> dict[str, Any]:
@@ -164,9 +166,12 @@ async def test_math_judge_fallback_both_orders(serve_env, scripted, judge_says, 
     assert [e["order"] for e in reply["judge_evaluations"]] == ["expected_first", "response_first"][:calls]
     assert scripted.requests == calls
     first, *rest = list(scripted.prompts)
-    assert first.index("32") < first.index("thirty-two")  # gold first, then swapped
+
+    def gold_at(prompt: str) -> int:  # "32" as an answer, not inside the response fence's random hex tag
+        return re.search(r"(?<![0-9A-Za-z])32(?![0-9A-Za-z])", prompt).start()
+    assert gold_at(first) < first.index("thirty-two")  # gold first, then swapped
     if rest:
-        assert rest[0].index("thirty-two") < rest[0].index("32")
+        assert rest[0].index("thirty-two") < gold_at(rest[0])
     exact = await client.verify("math", {**row, "response": response_from_text("\\boxed{32}")})
     assert exact["reward"] == 1.0 and exact["judge_used"] is False and scripted.requests == calls
 

@@ -19,8 +19,8 @@ RULER_ROW = {"responses_create_params": {"input": [{"role": "user", "content": "
 @pytest.fixture
 async def judge():
     j = ScriptedJudge([Rule(("The question, for reference only: When did the bridge open?",
-                             "The OFFICIAL ANSWER: 1932", "CANDIDATE ANSWER TO ASSESS: in 1932"), "CORRECT"),
-                       Rule(("CANDIDATE ANSWER TO ASSESS: in 1931",), "INCORRECT")], default_reply="unsure")
+                             "The OFFICIAL ANSWER: 1932", "CANDIDATE ANSWER TO ASSESS: <<<RESPONSE ", "\nin 1932\n<<<END RESPONSE "), "CORRECT"),
+                       Rule(("\nin 1931\n<<<END RESPONSE ",), "INCORRECT")], default_reply="unsure")
     await j.start()
     yield j
     await j.stop()

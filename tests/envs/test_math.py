@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
 from environments.math.extract import answer_line, extract_answer, is_incomplete, last_boxed, last_plain_number
@@ -227,21 +230,46 @@ async def test_boxed_only_config_matches_nemo_gym_strictness():
     assert verdict.reward == 0.0 and verdict.extras["extracted_answer"] is None
 
 
-async def test_slow_sympy_hits_the_deadline_as_failure_class_timeout():
-    # (x+1)^3000 vs (x+2)^2999 takes ~20 s in sympy; the pool must kill it at 2 s. The deadline
-    # also bounds the follow-up call in the fresh worker (~0.2 s idle: its first LaTeX parse),
-    # so it keeps a margin for a loaded machine.
-    env = registry.instantiate("math", overrides={"cpu_task_timeout_s": 2.0, "cpu_workers": 1})
+async def test_a_costly_answer_scores_zero_and_a_starved_worker_is_masked():
+    # (x+1)^3000 vs (x+2)^2999 takes ~20 s of sympy; the pool kills it at its deadline. That cost is
+    # the answer's: it scores 0 (scored_by "deadline"), cached. (Before issue 26 it was failure class
+    # timeout, masked: a wrong answer escaped its zero and cost the deadline again on every repeat.)
+    # A worker that passes the deadline without using the CPU (SIGSTOP stands in for an overloaded
+    # machine) is infrastructure: failure class timeout, masked, not cached.
+    env = registry.instantiate("math", overrides={"cpu_task_timeout_s": 3.0, "cpu_workers": 1,
+                                                  "deadline_cpu_share": 0.1})
     service = EnvService(env)
     await service.start()
     try:
         _, reply = await service.verify(_row("(x+1)^{3000}", "\\boxed{(x+2)^{2999}}"))
-        assert reply["_ng_failure_class"] == "timeout" and reply["reward"] == 0.0
+        assert "_ng_failure_class" not in reply and reply["reward"] == 0.0, reply
+        assert reply["scored_by"] == "deadline" and reply["deadline_cpu_s"] >= 0.3
         assert reply["extracted_answer"] == "(x+2)^{2999}"
-        assert reply["instance_config"]["mask_sample"] is True
-        # not cached as a wrong answer, and the replaced worker keeps serving
-        assert env._results.get(("(x+1)^{3000}", "(x+2)^{2999}")) is None
-        _, reply = await service.verify(_row("\\sqrt{2}", "\\boxed{2^{1/2}}"))
+        assert env._results.get(("(x+1)^{3000}", "(x+2)^{2999}")) == (0.0, "deadline", None)
+        _, again = await service.verify(_row("(x+1)^{3000}", "\\boxed{(x+2)^{2999}}"))
+        assert again["reward"] == 0.0 and again["scored_by"] == "deadline" and service.pool.timeouts == 1
+
+        (worker,) = service.pool._workers
+        worker.wait_ready()
+        os.kill(worker.process.pid, signal.SIGSTOP)  # killed and replaced at the deadline
+        _, starved = await service.verify(_row("\\sqrt{2}", "\\boxed{2^{1/2}}"))
+        assert starved["_ng_failure_class"] == "timeout" and starved["instance_config"]["mask_sample"] is True
+        assert env._results.get(("\\sqrt{2}", "2^{1/2}")) is None
+        _, reply = await service.verify(_row("\\sqrt{2}", "\\boxed{2^{1/2}}"))  # the replaced worker serves
         assert reply["reward"] == 1.0 and "_ng_failure_class" not in reply
+    finally:
+        await service.stop()
+
+
+@pytest.mark.parametrize("answer", ["9^{9^{9^{9}}}", "100000000!", "(x+y+z+w+1)^{30}", "\\Gamma(10^{8})",
+                                    "(" * 40 + "1" + ")" * 40, "1" * 2000])
+async def test_costly_answers_are_refused_before_math_verify(answer):
+    env = registry.instantiate("math", overrides={"cpu_workers": 1})
+    service = EnvService(env)
+    await service.start()
+    try:
+        _, reply = await service.verify(_row("42", f"\\boxed{{{answer}}}"))
+        assert reply["reward"] == 0.0 and reply["scored_by"] == "refused_costly" and "_ng_failure_class" not in reply
+        assert reply["cost_refusal"] and service.pool.timeouts == 0
     finally:
         await service.stop()

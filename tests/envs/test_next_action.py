@@ -76,7 +76,14 @@ async def test_numbers_and_types(env):
 async def test_single_expected_call_and_extra_calls(env):
     expected = _call("exec_command", {"cmd": "pwd"})
     two = calls(("exec_command", {"cmd": "pwd"}), ("exec_command", {"cmd": "ls"}))
-    assert (await _score(env, _row(expected), two))[0] == 1.0  # single_step: extra calls are not penalised
+    # single_step allows extra calls (NeMo-Gym), but not variants of the expected call: that was a spray
+    # that paid before issue 26 (asserted 1.0 here); nemo_gym_parity keeps NeMo-Gym's rule.
+    reward, extras = await _score(env, _row(expected), two)
+    assert reward == 0.0 and extras["category_code"] == "MULTIPLE_TOOL_CALLS_FOUND"
+    parity = registry.instantiate("next_action", overrides={"nemo_gym_parity": True})
+    assert (await _score(parity, _row(expected), two))[0] == 1.0
+    other_tool = calls(("exec_command", {"cmd": "pwd"}), ("update_plan", {"plan": "look around"}))
+    assert (await _score(env, _row(expected), other_tool))[0] == 1.0  # one extra call to another tool: fine
     reward, extras = await _score(env, _row(expected, "terminal_multi_harness_agent"), two)
     assert reward == 0.0 and extras["category_code"] == "MULTIPLE_TOOL_CALLS_FOUND"
 

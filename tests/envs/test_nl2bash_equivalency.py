@@ -10,8 +10,9 @@ ROW = {"responses_create_params": {"input": [{"role": "user", "content": "User r
 
 
 async def test_last_answer_block_is_judged_in_both_orders(serve_env):
-    judge = ScriptedJudge([Rule(("GOLD:\nls\n", "CANDIDATE:\nls -1"), "same listing [[A=B]]"),
-                           Rule(("GOLD:\nls -1\n", "CANDIDATE:\nls"), "[[A=B]] they are equivalent")])
+    judge = ScriptedJudge([Rule(("GOLD:\nls\n", "CANDIDATE:\n<<<RESPONSE", "\nls -1\n<<<END RESPONSE"), "same listing [[A=B]]"),
+                           Rule(("GOLD:\n<<<RESPONSE", "\nls -1\n<<<END RESPONSE", "CANDIDATE:\nls"),
+                                "[[A=B]] they are equivalent")])
     await judge.start()
     try:
         client, _ = await serve_env("nl2bash_equivalency", judges={"judge": {"base_url": judge.url}})
@@ -20,7 +21,9 @@ async def test_last_answer_block_is_judged_in_both_orders(serve_env):
         assert reply["extracted_answer"] == "ls -1" and reply["reward"] == 1.0
         assert [e["pass"] for e in reply["judge_evaluations"]] == ["first", "swap"]
         prompts = list(judge.prompts)
-        assert "GOLD:\nls\n\nCANDIDATE:\nls -1" in prompts[0] and "GOLD:\nls -1\n\nCANDIDATE:\nls" in prompts[1]
+        # the candidate is fenced in either slot (servers/judge/untrusted.py), the gold is not
+        assert "GOLD:\nls\n\nCANDIDATE:\n<<<RESPONSE " in prompts[0] and "\nls -1\n<<<END RESPONSE " in prompts[0]
+        assert "GOLD:\n<<<RESPONSE " in prompts[1] and "<<<END RESPONSE " in prompts[1] and prompts[1].endswith("CANDIDATE:\nls")
         assert "You are a meticulous Bash command grader." in prompts[0]
         assert "QUESTION:\nUser request:\nlist files" in prompts[0]
     finally:

@@ -84,3 +84,17 @@ def test_rows_with_broken_schema_or_format_are_rejected():
     with pytest.raises(ValueError, match="tool_name"):
         _row(response_mode="tool_call")
     assert _row(schema_type="YAML").schema_type == "yaml"
+
+
+def test_fences_finds_what_the_fence_regex_finds():
+    """parsing.fences replaces a regex that is quadratic on a backtick wall; on random text they agree."""
+    import random
+    import re
+
+    from environments.structured_outputs.parsing import fences
+
+    fence = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+    rng = random.Random(26)
+    for _ in range(5000):
+        text = "".join(rng.choice("`\nay \tj") for _ in range(rng.randint(0, 20)))
+        assert fences(text) == fence.findall(text)

@@ -59,7 +59,7 @@ async def test_patch_and_repro_grading(make_env):
     # A test that only prints what the old log-based check looked for gets nothing: exit codes decide.
     spoof = await _verify(env, tiny_row("repro-gen"),
                           repro_answer("print('reproduction test status:2')\nprint('reproduction test status:0')\nsys.exit(1)"))
-    assert spoof.reward == 0.0 and spoof.extras["return_codes_before_patch"] == [1]
+    assert spoof.reward == 0.0 and spoof.extras["return_codes_before_patch"] == [1, 1]  # two runs (repro_guard)
 
 
 async def test_warm_pool_reuses_clean_containers(make_env):
@@ -87,7 +87,7 @@ async def test_failures_carry_a_class(make_env):
     assert absent.failure_class == "sandbox_error" and "no-such-image" in absent.failure_detail
     # The model's own test hanging is the test's fault: reward 0, not a failure class.
     hang = await _verify(make_env(repro_timeout_s=2), tiny_row("repro-gen"), repro_answer("import time\ntime.sleep(60)"))
-    assert hang.failure_class is None and hang.reward == 0.0 and hang.extras["verdict_before"] == "timeout"
+    assert hang.failure_class is None and hang.reward == 0.0 and hang.extras["verdict_before"] == ["timeout", "timeout"]
 
 
 async def test_over_http(serve_env, swe_tiny_image):

@@ -59,7 +59,7 @@ def test_parse_pytest():
     assert s["tests/test_a.py::Cls::test_x[1-2]"] == PASSED
     assert s["tests/test_a.py::test_two[a b]"] == FAILED
     assert s["tests/test_b.py::test_setup"] == "ERROR"
-    assert s["tests/test_a.py::test_known - reason: bug 12"] == XFAIL or s.get("tests/test_a.py::test_known") == XFAIL
+    assert s["tests/test_a.py::test_known"] == XFAIL  # pytest 7+ prints "XFAIL id - reason: ..."
 
 
 UNITTEST_LOG = """test_mean (tests.test_stats.StatsTest.test_mean) ... FAIL
@@ -115,3 +115,64 @@ def test_real_rows_image_names():
     assert env.image_for(row) == "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
     env2 = SweEnvironment(SweConfig(image_template="{image_prefix}{instance_id}", image_prefix="reg.local/swe/"))
     assert env2.image_for(row) == "reg.local/swe/astropy__astropy-12907"
+
+
+def test_result_channel_rules():
+    from environments.swe.integrity import is_protected
+    from environments.swe.results import read_channel
+
+    def lines(*records, nonce="n0"):
+        return "\n".join(f"{nonce} {json.dumps(r)}" for r in records) + "\n"
+    start, end = {"t": "start", "pid": 1}, {"t": "end", "pid": 1}
+
+    def phase(test, when, outcome, **kw):
+        return {"t": "phase", "pid": 1, "id": test, "when": when, "outcome": outcome, **kw}
+    ok = read_channel(lines(start, phase("a", "setup", "passed"), phase("a", "call", "passed"),
+                            phase("b", "call", "failed"), phase("b", "call", "passed"),  # a failure stays
+                            phase("c", "teardown", "failed"), phase("c", "call", "passed"), end), "n0", is_protected)
+    assert ok.trusted and ok.statuses == {"a": "PASSED", "b": "FAILED", "c": "ERROR"}
+    xf = read_channel(lines(start, phase("d", "call", "skipped", wasxfail=True, xfail={"marker": True, "caller": None}),
+                            phase("e", "call", "skipped", wasxfail=True, xfail={"marker": False, "caller": "tests/t.py"}),
+                            phase("f", "call", "skipped", wasxfail=True, xfail={"marker": False, "caller": "pkg/m.py"}),
+                            end), "n0", is_protected)
+    assert xf.statuses == {"d": "XFAIL", "e": "XFAIL", "f": "FAILED"} and xf.xfail_refused == ["f"]
+    unit = read_channel(lines(start, {"t": "unit", "pid": 1, "id": "t (m.C)", "status": "PASSED"},
+                              {"t": "unit", "pid": 1, "id": "t (m.C)", "status": "ERROR"}, end), "n0", is_protected)
+    assert unit.statuses == {"t (m.C)": "ERROR"}
+    untrusted = {
+        "foreign line": lines(start, end) + "PASSED tests/t.py::x\n",
+        "wrong nonce": lines(start, end) + lines({"t": "end", "pid": 2}, nonce="n1"),
+        "no end": lines(start, phase("a", "call", "passed")),
+        "after end": lines(start, end, phase("a", "call", "passed")),
+        "never started": lines(phase("a", "call", "passed"), end),
+        "tampered": lines(start, {"t": "tampered", "pid": 1, "what": "x"}, end),
+        "nothing": "",
+    }
+    for why, text in untrusted.items():
+        assert not read_channel(text, "n0", is_protected).trusted, why
+
+
+def test_protected_paths():
+    from environments.swe.integrity import is_protected
+    for path in ("conftest.py", "src/pkg/conftest.py", "tests/helpers.py", "pkg/tests/data/x.json", "test_x.py",
+                 "pkg/x_test.py", "pytest.ini", "sub/tox.ini", "setup.cfg", "pyproject.toml", "a.pth",
+                 "sitecustomize.py", "pkg/__pycache__/m.cpython-311.pyc", "x.egg-info/entry_points.txt",
+                 "e-1.dist-info/METADATA", "pkg/_speed.cpython-311-x86_64-linux-gnu.so", "bin/test"):
+        assert is_protected(path), path
+    for path in ("pkg/module.py", "pkg/contest.py", "docs/testing_guide.rst", "README.md", "setup.py", "pkg/latest.py"):
+        assert not is_protected(path), path
+
+
+def test_shell_guard_agrees_with_the_python_rules():
+    import subprocess
+
+    from environments.swe.integrity import guard_script, is_protected
+    script = guard_script("/nonexistent", "/nonexistent", "HEAD").split("{ find")[0]  # the functions only
+    paths = ["conftest.py", "a b/conftest.py", "tests/x.py", "pkg/mod.py", "x.egg-info/y", "p/__pycache__/m.pyc",
+             "pkg/json.py", "json.py", "unittest/__init__.py", "lib/pytest.py", "README.md", "odd\tdir/conftest.py"]
+    probe = script + 'for p in "$@"; do vg_protected "$p" && echo P || { vg_shadows "$p" && echo S || echo -; }; done'
+    out = subprocess.run(["bash", "-c", probe, "bash", *paths], capture_output=True, text=True, check=True).stdout.split()
+    got = dict(zip(paths, out))
+    assert all((got[p] == "P") == is_protected(p) for p in paths), got
+    # shadowing outside a package (no __init__.py in the parent here): json.py, unittest/, lib/pytest.py
+    assert [p for p in paths if got[p] == "S"] == ["pkg/json.py", "json.py", "unittest/__init__.py", "lib/pytest.py"]

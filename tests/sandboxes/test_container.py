@@ -2,12 +2,12 @@
 
 The module fixture runs ``scripts/ci_podman.sh`` (idempotent) and
 ``sandboxes/images/build_test_image.sh`` (skips when the image exists), and stops the
-Podman service afterwards if it started it. Skips only when podman is not installed.
+Podman service afterwards if it started it. Skips when podman is not installed, or not as
+root (tests/podman_access.py).
 """
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
+from tests.podman_access import skip_unless_root_podman
 
 pytestmark = pytest.mark.podman
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +37,7 @@ def _api_up() -> bool:
 
 @pytest.fixture(scope="module")
 def podman_api():
-    if shutil.which("podman") is None:
-        pytest.skip("podman not installed (apt-get install podman runc)")
+    skip_unless_root_podman("the container-backend tests")
     started = not _api_up()
     subprocess.run([str(ROOT / "scripts/ci_podman.sh")], check=True, capture_output=True, timeout=60)
     subprocess.run([str(ROOT / "sandboxes/images/build_test_image.sh")], check=True, timeout=600)
@@ -197,3 +197,20 @@ async def test_long_lived_process_keeps_state_and_is_killed(backend):
         assert (await ended.read_until(b"never", timeout=30)).data == b"bye\n"
         assert await ended.wait(30) == 3
     assert flood.returncode is not None  # destroy killed it
+
+
+async def test_end_processes_and_workspace_archive(backend):
+    async with await backend.create(SandboxSpec(files={"a.txt": "1"})) as sb:
+        r = await sb.exec("mkdir -p d/e && echo 2 > d/e/b.txt && ln -s d/e/b.txt link && "
+                          "(nohup sh -c 'while :; do echo x >> g; sleep 0.05; done' >/dev/null 2>&1 &)")
+        assert r.ok, r.text("stderr")
+        await sb.end_processes()
+        r = await sb.exec("wc -c < g > n1; sleep 0.3; wc -c < g > n2; cmp -s n1 n2 && ps -eo comm= | grep -c sleep")
+        assert r.text().strip() == "0", r.text() + r.text("stderr")  # nothing writes any more
+        archive = await sb.archive_workspace(max_bytes=1 << 20)
+        with pytest.raises(SandboxError):
+            await sb.archive_workspace(max_bytes=10)
+    async with await backend.create(SandboxSpec(files={"stale.txt": "x"})) as fresh:
+        await fresh.extract_workspace(archive)
+        r = await fresh.exec("ls -A | sort | tr '\\n' ' '; cat link; readlink link")
+        assert r.text() == "a.txt d g link n1 n2 2\nd/e/b.txt\n", r.text()  # stale.txt is gone

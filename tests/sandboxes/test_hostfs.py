@@ -52,6 +52,28 @@ async def test_upload_over_what_the_program_made(sandbox):
     assert os.path.isdir(sandbox.host_workdir / "check.sh")
 
 
+async def test_upload_over_a_fifo_or_socket_does_not_block(sandbox):
+    res = await sandbox.exec("mkfifo pipe && python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"")
+    assert res.ok, res.text("stderr")
+    for path in ("pipe", "sock"):  # opening a FIFO without a reader for writing used to block forever
+        with pytest.raises(SandboxPathError):
+            await sandbox.upload({path: "exit 0\n"})
+
+
 async def test_create_with_colliding_spec_files(process_backend):
     with pytest.raises(SandboxPathError):
         await process_backend.create(SandboxSpec(files={"a": "1", "a/b": "2"}))
+
+
+def test_wipe_removes_what_the_program_made_unreadable(tmp_path):
+    """A program may chmod its folders to 000 and the workspace to read-only; the reset still
+    empties it (as root modes do not matter; unprivileged the wipe gives itself the bits back)."""
+    work = tmp_path / "work"
+    (work / "d" / "e").mkdir(parents=True)
+    (work / "d" / "e" / "f").write_text("x")
+    (work / "top").write_text("y")
+    os.chmod(work / "d" / "e", 0)
+    os.chmod(work / "d", 0)
+    os.chmod(work, 0o500)
+    hostfs.wipe_dir(work)
+    assert list(work.iterdir()) == []

@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from sandboxes import Limits, SandboxSpec
-from tests.sandbox_processes import sandbox_pids
+from tests.sandbox_processes import sandbox_pids, uid_inside
 
 pytestmark = pytest.mark.bwrap
 
@@ -65,13 +65,32 @@ async def test_processes_are_killed_by_reset_and_destroy(process_backend):
     assert not psutil.pid_exists(launcher_pid)  # reaped, not a zombie
 
 
+async def test_end_processes_kills_everything_and_keeps_the_workspace(process_backend):
+    sb = await process_backend.create(SandboxSpec())
+    try:
+        shell = await sb.start_process(["/bin/sh", "-c", SHELL_LOOP])
+        await shell.write_stdin(b"echo kept > f; (setsid sh -c 'while :; do echo x >> g; sleep 0.05; done' &); echo up\n")
+        assert (await shell.read_until(b"@@END 0\n", timeout=10)).found
+        await sb.exec_python(code="print(1)")  # the zygote is running too
+        await sb.end_processes()
+        assert shell.returncode is not None
+        if sb.uid is not None:
+            assert not sandbox_pids(sb.uid)
+        size = (sb.host_workdir / "g").stat().st_size
+        r = await sb.exec("sleep 0.3; cat f")
+        assert r.text() == "kept\n" and (sb.host_workdir / "g").stat().st_size == size  # no writer left
+        assert (await sb.exec_python(code="print(2)")).text() == "2\n"  # usable afterwards
+    finally:
+        await sb.destroy()
+
+
 async def test_process_is_sandboxed(sandbox, tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("hostsecret")
     proc = await sandbox.start_process(["/bin/sh", "-c", SHELL_LOOP], env={"ONLY": "this"})
     await proc.write_stdin(f"cat {secret}; echo $ONLY $HOME; id -u\n".encode())
     got = await proc.read_until(b"@@END", timeout=10)
-    assert b"hostsecret" not in got.data and f"this /workspace\n{sandbox.uid}\n".encode() in got.data
+    assert b"hostsecret" not in got.data and f"this /workspace\n{uid_inside(sandbox)}\n".encode() in got.data
     await proc.kill()
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
 from sandboxes import SandboxSpec
 from sandboxes.pool import SandboxPool
+from tests.sandbox_processes import sandbox_pids
 
 pytestmark = pytest.mark.bwrap
 
@@ -23,7 +23,7 @@ async def test_pool_reuses_only_clean_sandboxes(process_backend):
         assert sb is first  # same warm sandbox, reset in between
         r = await sb.exec("ls -A")
         assert r.text().split() == ["given.txt"]
-        assert not [p for p in psutil.process_iter(["uids"]) if p.info["uids"].real == sb.uid]
+        assert not sandbox_pids(sb.uid)
     await pool.close()
     assert pool.total == 0
 

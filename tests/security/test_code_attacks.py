@@ -27,6 +27,7 @@ from servers import registry
 from servers.app import start_server
 from servers.client import EnvClient
 from servers.wire import response_from_text
+from tests.sandbox_processes import host_has
 
 SECRET_ENV = "VERIGYM_ATTACK_TEST_SECRET"
 
@@ -173,19 +174,6 @@ async def test_writing_outside_the_sandbox_leaves_the_host_unchanged(code_server
     await _attack(client, new_marker(), code, "wrote", {"WA"})
     for target in targets:
         assert not host_has(target), target
-
-
-def host_has(path: Path) -> bool:
-    """Whether ``path`` exists on the host.
-
-    Unprivileged, the test cannot search a folder such as ``/root`` (0700 on a stock machine):
-    ``Path.exists`` raises ``PermissionError``. The sandboxed program runs as this same user, so
-    nothing it wrote can be in a folder this user cannot even search.
-    """
-    try:
-        return path.exists()
-    except PermissionError:
-        return False
 
 
 async def test_server_environment_variables_are_not_visible(code_server):

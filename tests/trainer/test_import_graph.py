@@ -115,7 +115,9 @@ def test_the_trainer_imports_no_environment():
 
 
 def test_the_trainer_imports_only_the_client_wire_models_and_model_presets_of_servers():
-    allowed = ("servers.client", "servers.wire", "servers.model.tiny")
+    # the model package: its presets and how a model source is found (envs model serve reads the same);
+    # process_budget: the per-user process limit check, shared by envs serve and driver run
+    allowed = ("servers.client", "servers.wire", "servers.model.tiny", "servers.model.loading", "servers.process_budget")
     assert not _offenders("trainer", lambda _, m: (_under(m, "servers") and not _under(m, *allowed) and m != "servers")
                           or _under(m, "sandboxes"))
 

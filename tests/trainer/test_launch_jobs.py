@@ -16,6 +16,7 @@ import pytest
 from trainer.launch.job_script import FleetSpec, JobSpec
 from trainer.launch.profiles import LocalProfile, load_profile
 from trainer.launch.submit import TERMINAL_STATES, launch, slurm_job_state
+from tests.thread_budget import RAY_RUN_THREADS, skip_if_short_of_threads
 
 pytest.importorskip("ray")
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +52,7 @@ raise SystemExit(7)
 
 
 def test_local_executor_runs_ray_fleet_gate_trainer_and_returns_its_status(tmp_path, capsys):
+    skip_if_short_of_threads("a local job (Ray, the fleet, the trainer)")
     job = JobSpec(name="verigym-local-test", job_dir=tmp_path / "job", workdir=REPO,
                   trainer_command=(sys.executable, "-c", _CHECKER), fleet=FleetSpec(envs=("math", "mcqa")))
     status = launch(LocalProfile(executor="local"), job, attached=True)
@@ -116,6 +118,7 @@ def _assert_trained(log_dir: Path, job_id: str) -> None:
 def test_slurm_tiny_blend_attached_and_detached(tmp_path):
     """`--batch` returns at once with the job id and the log path; `--run` streams the job's log and
     exits with its status. Both jobs run at the same time (each asks Slurm for one CPU)."""
+    skip_if_short_of_threads("two Slurm jobs of this user at once (a Ray cluster each)", 2 * RAY_RUN_THREADS)
     t0 = time.monotonic()
     batch_dir, run_dir = tmp_path / "batch", tmp_path / "attached"
     detached = _driver(tmp_path, "--batch", batch_dir, timeout=120)  # also prepares the data both use
@@ -153,6 +156,7 @@ def test_slurm_three_nodes_ray_spans_two_and_the_fleet_runs_on_the_third(tmp_pat
     """A real multi-node allocation: the Ray worker joins through srun on the second node, the
     environment servers run on the last node (fleet_nodes = 1), the trainer sees both; [wandb]
     reaches the job, and the trainer's exit status (3) is the job's and the attached command's."""
+    skip_if_short_of_threads("a Slurm job of this user (Ray on two nodes)")
     env_file = tmp_path / "env.toml"
     env_file.write_text('[wandb]\nproject = "p3"\n[three]\nexecutor = "slurm"\nnodes = 3\nfleet_nodes = 1\ntime = "00:20:00"\n')
     profile, wandb, _ = load_profile("three", env_file)
@@ -179,6 +183,7 @@ def test_slurm_job_starts_the_genrm_model_server_gates_on_it_and_trains_with_no_
     GenRM ([P.model_servers.genrm]: `envs model serve` on CPU): the job starts it, gates on /health and
     /v1/models listing tiny_genrm, points the genrm environment at it (env.server_config's other keys
     reach the fleet too) and trains with every sample scored."""
+    skip_if_short_of_threads("a Slurm job of this user (Ray, the GenRM server)")
     env_file = tmp_path / "env.toml"
     env_file.write_text('[genrm-slurm]\nexecutor = "slurm"\npartition = "debug"\nnodes = 1\ntime = "00:20:00"\n'
                         f'[genrm-slurm.model_servers.genrm]\nmodel = "tiny_genrm"\nsource = "{tiny_genrm}"\n'

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.thread_budget import skip_if_short_of_threads
+
 ray = pytest.importorskip("ray")
 REPO = Path(__file__).resolve().parents[2]
 SHORT = ["grpo.max_num_steps=2", "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4",
@@ -87,6 +89,7 @@ def test_local_run_starts_its_own_ray_next_to_a_running_cluster(tmp_path, two_no
     """RAY_ADDRESS names another cluster (a shared node often has one): a run without
     cluster.ray_address starts its own Ray instead of joining it (it used to crash there)."""
     address, env = two_node_cluster
+    skip_if_short_of_threads("a local run next to a running Ray cluster")
     before = _actors(address, env)
     out = _driver(tmp_path, {**env, "RAY_ADDRESS": address})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -97,6 +100,7 @@ def test_local_run_starts_its_own_ray_next_to_a_running_cluster(tmp_path, two_no
 
 def test_engine_joins_the_cluster_with_trainer_and_generators_on_different_nodes(tmp_path, two_node_cluster):
     address, env = two_node_cluster
+    skip_if_short_of_threads("a run on a two-node Ray cluster of this user")
     out = _driver(tmp_path, env, f"cluster.ray_address={address}", "cluster.num_generation_workers=2",
                   "cluster.trainer_resources={verigym_trainer: 1}", "cluster.generator_resources={verigym_generator: 0.5}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -23,7 +23,7 @@ from trainer.rollout.episode import prompt_ids
 from trainer.rollout.generator import Generation, Generator, SamplingParams, make_generator
 from trainer.rollout.local_generator import LocalGenerator
 from trainer.rollout.scoring import EnvCalls, EnvInfo, RetryPolicy
-from trainer.rollout.task import Routes, TaskError, make_task, make_tasks, read_rows, routes_of
+from trainer.rollout.task import Routes, TaskError, make_task, make_tasks, routes_of
 
 FIXTURES = Path(__file__).parent / "fixture_envs"
 SMALL = TinyModelConfig(num_hidden_layers=1, hidden_size=64, intermediate_size=128)
@@ -42,7 +42,8 @@ def test_one_routing_rule():
     assert routes.env_for(_row("q", "math_simple_agent")) == "math"
     assert routes.env_for(_row("q", "code")) == "code"  # a name no route declares is the environment's own
     assert routes.env_for(_row("q")) == "reasoning_gym"  # no agent_ref: the blend's default_env
-    assert routes.env_for(_row("q", "math_simple_agent", env="mcqa")) == "mcqa"  # an env field names it outright
+    assert routes.env_for(_row("q", env="mcqa")) == "mcqa"  # no agent_ref: an env field may name it
+    assert routes.env_for(_row("q", "math_simple_agent", env="mcqa")) == "math"  # agent_ref first, as data prep
     assert Routes().env_for(_row("q")) is None
     with pytest.raises(TaskError, match="row 3 routes to no environment"):
         make_tasks([_row("a", "x"), _row("b", "x"), _row("c")], Routes())
@@ -72,7 +73,10 @@ def test_tasks_are_routed_by_the_routes_data_prep_wrote(tmp_path, monkeypatch):
     assert result.manifest["default_env"] == "answer_match"
     routes = routes_of(out)
     assert routes is not None and routes_of(tmp_path) is None
-    train, val = make_tasks(read_rows(out / "train.jsonl"), routes), make_tasks(read_rows(out / "val.jsonl"), routes)
+    def rows(name: str) -> list[dict]:
+        return [json.loads(line) for line in (out / name).read_text().splitlines() if line.strip()]
+
+    train, val = make_tasks(rows("train.jsonl"), routes), make_tasks(rows("val.jsonl"), routes)
     assert {t.env for t in train + val} == {"answer_match"}
     assert len(train) == result.manifest["counts"]["train_per_env"]["answer_match"]
     assert len(val) == result.manifest["counts"]["val_per_env"]["answer_match"]

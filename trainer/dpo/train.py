@@ -193,7 +193,7 @@ def _optimizer(cfg: DPOMasterConfig, model: Any) -> torch.optim.Optimizer:
 
 def run_dpo(cfg: DPOMasterConfig, *, resume: bool = True) -> dict[str, Any]:
     """Train; returns the summary written to ``<log_dir>/summary.json``."""
-    from tqdm import tqdm
+    from trainer.progress import progress
 
     t_start = time.perf_counter()
     random.seed(cfg.dpo.seed)
@@ -255,8 +255,7 @@ def run_dpo(cfg: DPOMasterConfig, *, resume: bool = True) -> dict[str, Any]:
             v = _validate(cfg, policy, val, cache, tool_rows)
             logger.log(v, 0)
             history.append({"step": 0, **v})
-    bar = tqdm(total=total_steps, initial=start, desc="DPO", unit="step", disable=not cfg.logger.progress_bar,
-               dynamic_ncols=True)
+    bar = progress(total_steps, initial=start, desc="DPO", unit="step", enabled=cfg.logger.progress_bar)
     m: dict[str, Any] = {}
     for step in range(start, total_steps):
         t0 = time.perf_counter()

@@ -309,11 +309,10 @@ def _warm_start(cfg: MasterConfig, comps: actors.Components, to: float) -> dict[
     """The warm start on the trainer actor, a few seconds per call: a progress bar with its loss and
     exact-match accuracy, Ctrl-C within seconds, and every call bounded by the control timeout
     however many steps the warm start takes."""
-    from tqdm import tqdm
+    from trainer.progress import progress
 
     state = actors.get(comps.trainer.warm_start_begin.remote(), to, "trainer.warm_start_begin")
-    with tqdm(total=state["num_steps"], desc="warm start", unit="step", disable=not cfg.logger.progress_bar,
-              dynamic_ncols=True) as bar:
+    with progress(state["num_steps"], desc="warm start", unit="step", enabled=cfg.logger.progress_bar) as bar:
         while "summary" not in state:
             state = actors.get(comps.trainer.warm_start_run.remote(min(5.0, to / 2)), to, "trainer.warm_start_run")
             bar.update(state["steps"] - bar.n)
@@ -340,9 +339,9 @@ def _warm_start_target_missed(ws_cfg: WarmStartConfig, ws: dict[str, Any]) -> st
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:
-    from tqdm import tqdm
+    from trainer.progress import progress
 
-    return tqdm(total=total, initial=initial, desc="GRPO", unit="step", disable=not enabled, dynamic_ncols=True)
+    return progress(total, initial=initial, desc="GRPO", unit="step", enabled=enabled)
 
 
 _LAG_KEYS = ("async/lag_mean", "async/lag_max", "async/token_lag_mean", "async/token_lag_max",

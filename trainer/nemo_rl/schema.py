@@ -20,6 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from trainer.recipe_names import renamed_key
+
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 GYM_SERVER_TYPES = ("responses_api_models", "resources_servers", "responses_api_agents")
 GYM_DIRECTIVES = ("_copy", "_inherit_from", "_delete_key")
@@ -169,7 +171,9 @@ class _Checker:
             elif "gym_instances" in extra and _is_gym_instance(item):
                 continue  # a NeMo-Gym server instance (or an override of one): Gym validates it
             else:
-                problems.append(_Problem(where, _unknown_hint(str(key), list(fields), path)))
+                renamed = renamed_key(where, "nemo-rl")  # a Nemotron recipe spelling (trainer/recipe_names.py)
+                problems.append(_Problem(where, f"unknown key; {renamed}" if renamed
+                                         else _unknown_hint(str(key), list(fields), path)))
         return problems
 
 

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from servers.wire import FAILURE_CLASS_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from trainer.progress import progress as progress_bar
 from trainer.rollout.episode import run_episode
 from trainer.rollout.generator import Generator, SamplingParams
 from trainer.rollout.scoring import EnvCalls
@@ -130,7 +129,7 @@ async def collect(tasks: list[Task], *, env: EnvCalls, generator: Generator, sta
     out_fh = open(output, "a")
     fail_fh = open(failures_path(output), "a")
     gate = asyncio.Semaphore(settings.concurrency)
-    bar = tqdm(total=len(todo), desc="rollouts", unit="rollout", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(len(todo), desc="rollouts", unit="rollout", enabled=progress)
     start = time.perf_counter()
     tokens0 = generator.stats["generated_tokens"]
     new_failures: Counter[str] = Counter()

@@ -28,33 +28,40 @@ class TaskError(ValueError):
     """A row that cannot become a task (it routes to no environment)."""
 
 
+def agent_name(row: Mapping[str, Any]) -> str | None:
+    """The NeMo-Gym agent a row names (``agent_ref.name``), if any."""
+    ref = row.get("agent_ref")
+    name = ref.get("name") if isinstance(ref, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
 @dataclass(frozen=True)
 class Routes:
     """``agent_ref.name`` -> environment, and the environment of rows without ``agent_ref``.
 
-    A row that names its environment in an ``env`` field (files given with
-    ``data.train_data_path``) goes there. Otherwise its ``agent_ref.name`` is looked up in
-    ``agents``; a name no route declares is taken as the environment's own name. A row with
-    neither goes to ``default_env``."""
+    A row's ``agent_ref.name`` is looked up in ``agents``; a name no route declares is taken as the
+    environment's own name. A row without ``agent_ref`` may name its environment in an ``env``
+    field (files given with ``data.train_data_path``), else it goes to ``default_env``."""
 
     agents: Mapping[str, str] = field(default_factory=dict)
     default_env: str | None = None
 
     def env_for(self, row: Mapping[str, Any]) -> str | None:
+        name = agent_name(row)
+        if name:
+            return self.agents.get(name, name)
         named = row.get("env")
-        if isinstance(named, str) and named:
-            return named
-        ref = row.get("agent_ref")
-        name = ref.get("name") if isinstance(ref, dict) else None
-        return self.agents.get(name, name) if name else self.default_env
+        return named if isinstance(named, str) and named else self.default_env
 
     def to_manifest(self) -> dict[str, Any]:
         """The keys data prep writes into ``manifest.json`` (read back by :meth:`from_manifest`)."""
         return {"agent_map": dict(sorted(self.agents.items())), "default_env": self.default_env}
 
     @classmethod
-    def from_manifest(cls, manifest: Mapping[str, Any]) -> "Routes":
-        return cls(dict(manifest.get("agent_map") or {}), manifest.get("default_env"))
+    def from_manifest(cls, manifest: Mapping[str, Any], default_env: str | None = None) -> "Routes":
+        """The routes data prep wrote; ``default_env``: the blend's, for a manifest written before
+        data prep recorded its own."""
+        return cls(dict(manifest.get("agent_map") or {}), manifest.get("default_env", default_env))
 
 
 @dataclass(frozen=True)
@@ -83,14 +90,10 @@ def make_tasks(rows: Iterable[Mapping[str, Any]], routes: Routes) -> list[Task]:
     return [make_task(row, i, routes) for i, row in enumerate(rows)]
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL split file (none when it does not exist)."""
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-
-
-def routes_of(folder: Path) -> Routes | None:
-    """The routes data prep wrote next to its splits, or None when ``folder`` has no manifest."""
+def routes_of(folder: Path, default_env: str | None = None) -> Routes | None:
+    """The routes data prep wrote next to its splits (:meth:`Routes.from_manifest`), or None when
+    ``folder`` has no manifest."""
     path = folder / MANIFEST
     if not path.is_file():
         return None
-    return Routes.from_manifest(json.loads(path.read_text()))
+    return Routes.from_manifest(json.loads(path.read_text()), default_env)

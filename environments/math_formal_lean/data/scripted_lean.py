@@ -9,7 +9,8 @@ scan, message parsing, feedback, timeouts, failure classes) runs for real.
 
 Rules, applied to the file (standard library only; it runs inside the sandbox):
 * ``-- scripted-lean: error TEXT`` on a line: an error with TEXT at that line (exit 1);
-* ``-- scripted-lean: sleep S``: sleep S seconds first (a slow proof);
+* ``-- scripted-lean: sleep S``: sleep S seconds first (a slow proof, or a starved checker);
+* ``-- scripted-lean: spin S``: compute for S seconds of CPU first (an expensive proof);
 * ``-- scripted-lean: crash``: exit 134 with no message (a crashed Lean);
 * ``sorry`` in the code (outside comments and strings): ``declaration uses 'sorry'``;
 * ``#print axioms NAME``: ``'NAME' depends on axioms: [propext, Classical.choice, Quot.sound]``
@@ -29,7 +30,7 @@ import re
 import sys
 import time
 
-DIRECTIVE = re.compile(r"--\s*scripted-lean:\s*(error|sleep|crash)\b\s*(.*)$")
+DIRECTIVE = re.compile(r"--\s*scripted-lean:\s*(error|sleep|spin|crash)\b\s*(.*)$")
 STANDARD_AXIOMS = ["propext", "Classical.choice", "Quot.sound"]
 
 
@@ -49,9 +50,9 @@ _code_only = _load_blanker()
 
 def check(text: str) -> dict:
     """The scripted outcome of compiling ``text``: {"messages": [{severity, line, column, text}],
-    "sleep": seconds, "crash": bool}."""
+    "sleep": seconds, "spin": seconds, "crash": bool}."""
     messages: list[dict] = []
-    sleep, crash = 0.0, False
+    sleep, spin, crash = 0.0, 0.0, False
     lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
         found = DIRECTIVE.search(line)
@@ -63,6 +64,8 @@ def check(text: str) -> dict:
             messages.append({"severity": "error", "line": number, "column": column, "text": arg or "scripted error"})
         elif kind == "sleep":
             sleep = float(arg or 1)
+        elif kind == "spin":
+            spin = float(arg or 1)
         else:
             crash = True
     code = _code_only(text)
@@ -94,7 +97,7 @@ def check(text: str) -> dict:
         else:
             messages.append({"severity": "error", "line": number, "column": 15, "text": f"unknown constant '{name}'"})
     messages.sort(key=lambda m: m["line"])
-    return {"messages": messages, "sleep": sleep, "crash": crash}
+    return {"messages": messages, "sleep": sleep, "spin": spin, "crash": crash}
 
 
 def main(argv: list[str]) -> int:
@@ -106,6 +109,10 @@ def main(argv: list[str]) -> int:
         outcome = check(handle.read())
     if outcome["sleep"]:
         time.sleep(outcome["sleep"])
+    if outcome["spin"]:
+        until = time.process_time() + outcome["spin"]
+        while time.process_time() < until:
+            pass
     if outcome["crash"]:
         print("INTERNAL PANIC: scripted crash", file=sys.stderr)
         return 134

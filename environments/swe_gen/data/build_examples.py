@@ -84,11 +84,12 @@ def main() -> None:
                                              "'    return sum(values) / len(values)'"}})
     add(evals, edit_answer(buggy, fixed, tags=False),
         {"reward": 0.0, "fields": {"reason": "unusable answer: no <solution>...</solution> block in the answer"}})
-    add(repro, repro_answer(REPRO_GOOD), {"reward": 1.0, "fields": {"return_codes_before_patch": [2],
-                                                                   "return_codes_after_patch": [0]}})
-    add(repro, repro_answer("sys.exit(0)"), {"reward": 0.0, "fields": {"return_codes_before_patch": [0]}})
+    # repro_guard (default): two runs per phase, in crossed-over containers (environments/swe_gen/repro.py)
+    add(repro, repro_answer(REPRO_GOOD), {"reward": 1.0, "fields": {"return_codes_before_patch": [2, 2],
+                                                                   "return_codes_after_patch": [0, 0]}})
+    add(repro, repro_answer("sys.exit(0)"), {"reward": 0.0, "fields": {"return_codes_before_patch": [0, 0]}})
     add(repro, repro_answer("print('issue reproduced')\nsys.exit(2)"),
-        {"reward": 0.0, "fields": {"return_codes_before_patch": [2], "return_codes_after_patch": [2]}})
+        {"reward": 0.0, "fields": {"return_codes_before_patch": [2, 2], "return_codes_after_patch": [2, 2]}})
     broken = json.loads(json.dumps(evals))
     del broken["instance"]["setup_script"]
     add(broken, edit_answer(buggy, fixed), {"status": 422})
