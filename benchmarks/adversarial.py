@@ -11,11 +11,12 @@
    are listed apart, never counted as refused.
 2. **CPU per verification**: ``benchmarks/verify_cost.py`` for the rule-based environments, on this
    tree and on ``--base`` (a ``git worktree`` of it at a temporary path, removed afterwards) in
-   the same run, interleaved base/ours/ours/base so drifting machine load falls on both; the
-   server CPU-microseconds per request of both runs are averaged per side. ``ratio`` = ours / base.
+   the same run, interleaved base/ours/ours/base (``--repeats`` blocks) so drifting machine load
+   falls on both; the server CPU-microseconds per request of the runs are averaged per side.
+   ``ratio`` = ours / base.
 3. **Judge prompt**: microseconds to build one judge prompt, guarded (fenced, defused) vs
-   verbatim, for each judged environment's template and a 2 KB response (in-process; the judge
-   call itself is unchanged).
+   verbatim, for each judged environment's template and a 2 KB response (in-process, the fastest
+   of 5 repeats; the judge call itself is unchanged).
 
 Prints ONE JSON object. ``within_10pct`` is true when every rule-based environment's ratio on
 unique traffic is at most 1.10.
@@ -103,7 +104,7 @@ def compare_cost(args: argparse.Namespace) -> dict[str, Any]:
                                 text=True, check=True).stdout.strip()
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {"base": defaultdict(list), "ours": defaultdict(list)}
         for env_name in envs:  # base, ours, ours, base per environment: drift lands on both sides
-            for side in ("base", "ours", "ours", "base"):
+            for side in ("base", "ours", "ours", "base") * args.repeats:
                 runs[side][env_name].append(verify_cost(base_dir if side == "base" else ROOT, [env_name], args)[env_name])
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_dir)], capture_output=True)
@@ -120,7 +121,7 @@ def compare_cost(args: argparse.Namespace) -> dict[str, Any]:
             "results": out}
 
 
-def judge_prompt_cost(rounds: int = 2000) -> dict[str, Any]:
+def judge_prompt_cost(rounds: int = 400) -> dict[str, Any]:
     from environments.equivalence_llm_judge.equivalence import DEFAULT_PROMPT
     from environments.genrm.aggregation import GENRM_SCORES
     from environments.inverse_if.verifier import DEFAULT_SYSTEM, DEFAULT_TEMPLATE as INVERSE_TEMPLATE, PASS_FAIL
@@ -138,19 +139,25 @@ def judge_prompt_cost(rounds: int = 2000) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for name, (template, verdict, system, trusted, slot) in cases.items():
-        per_mode = {}
+        per_mode: dict[str, float] = {}
         for mode in ("verbatim", "guarded"):
-            started = time.perf_counter()
-            for i in range(rounds):
-                judge_prompt(template, verdict, untrusted={slot: f"{response}{i}"}, trusted=trusted, system=system,
-                             guard=mode)  # type: ignore[arg-type]
-            per_mode[mode] = (time.perf_counter() - started) / rounds * 1e6
+            timings = []
+            for repeat in range(5):  # the fastest of 5: the machine's other load only ever adds
+                started = time.perf_counter()
+                for i in range(rounds):
+                    judge_prompt(template, verdict, untrusted={slot: f"{response}{repeat}.{i}"}, trusted=trusted,
+                                 system=system, guard=mode)  # type: ignore[arg-type]
+                timings.append((time.perf_counter() - started) / rounds * 1e6)
+            per_mode[mode] = min(timings)
         out[name] = {"verbatim_us": round(per_mode["verbatim"], 1), "guarded_us": round(per_mode["guarded"], 1),
                      "added_us": round(per_mode["guarded"] - per_mode["verbatim"], 1)}
-    started = time.perf_counter()
-    for i in range(rounds):
-        guard_message(f"{response}{i}", GENRM_SCORES)
-    out["genrm"] = {"guarded_us_per_answer": round((time.perf_counter() - started) / rounds * 1e6, 1)}
+    timings = []
+    for repeat in range(5):
+        started = time.perf_counter()
+        for i in range(rounds):
+            guard_message(f"{response}{repeat}.{i}", GENRM_SCORES)
+        timings.append((time.perf_counter() - started) / rounds * 1e6)
+    out["genrm"] = {"guarded_us_per_answer": round(min(timings), 1)}
     return out
 
 
@@ -161,6 +168,7 @@ def main() -> int:
     parser.add_argument("--traffic", default="unique,repeated", help="verify_cost.py traffic kinds")
     parser.add_argument("--requests", type=int, default=6000, help="verify_cost.py requests per run")
     parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="base/ours/ours/base blocks per environment")
     parser.add_argument("--skip-cost", action="store_true", help="only run the suite (and the judge prompt timing)")
     parser.add_argument("--skip-suite", action="store_true", help="only measure (the CPU comparison, judge prompts)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments for the suite, e.g. -k math")

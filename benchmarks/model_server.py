@@ -25,9 +25,10 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 
 
-def start(source: str, batch: int, ready: Path) -> tuple[subprocess.Popen, dict]:
+def start(source: str, batch: int, ready: Path, threads: int) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen([sys.executable, "-m", "servers.cli", "model", "serve", source, "--port", "0",
-                             "--max-batch-size", str(batch), "--ready-file", str(ready)], cwd=REPO,
+                             "--max-batch-size", str(batch), "--ready-file", str(ready),
+                             "--cpu-threads", str(threads)], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not ready.exists():
@@ -71,12 +72,13 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=256)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--cpu-threads", type=int, default=0, help="the server's torch CPU threads (0: torch's default)")
     args = ap.parse_args()
     out: dict = {"source": args.source, "requests": args.requests, "concurrency": args.concurrency,
-                 "max_tokens": args.max_tokens}
+                 "max_tokens": args.max_tokens, "cpu_threads": args.cpu_threads}
     with tempfile.TemporaryDirectory() as tmp:
         for label, batch in (("unbatched", 1), ("batched", 16)):
-            proc, info = start(args.source, batch, Path(tmp) / f"{label}.json")
+            proc, info = start(args.source, batch, Path(tmp) / f"{label}.json", args.cpu_threads)
             try:
                 out[label] = asyncio.run(load(info, args.requests, args.concurrency, args.max_tokens))
             finally:

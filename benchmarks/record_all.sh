@@ -29,6 +29,7 @@ declare -A CMD=(
   [engine_overhead]="benchmarks/engine_overhead.py --steps 8"
 )
 declare -A LONG=(
+  [adversarial]="benchmarks/adversarial.py --base a2cc578 --requests 9000 --repeats 2"  # a2cc578: main before issue 26
   [tiny_learning]="benchmarks/tiny_learning.py --parallel 1"
   [tiny_tools_learning]="benchmarks/tiny_tools_learning.py --seeds 2 0 1"
   [dpo_hallucination]="benchmarks/dpo_hallucination.py"

@@ -86,6 +86,19 @@ def _async(r: dict[str, Any]) -> str:
             f"{r['async_trainer_idle_fraction']:.1%} async vs {r['sync_trainer_idle_fraction']:.1%} sync")
 
 
+def _adversarial(r: dict[str, Any]) -> str:
+    t, envs = r["suite"]["totals"], len(r["suite"]["per_env"])
+    text = (f"{n(t['attacks_refused'])} / {n(t['attacks'])} attacks refused, {n(t['controls_passing'])} / "
+            f"{n(t['controls'])} honest controls scoring ({envs} environments)")
+    cost = r.get("cpu_per_verification", {}).get("results", {})
+    ratios = [v["ratio"] for env in cost.values() for key, v in env.items() if key.startswith("unique") and v["ratio"]]
+    if ratios:
+        text += (f"; CPU per verification vs {r['cpu_per_verification']['base']} on unique traffic "
+                 f"{min(ratios):.2f}-{max(ratios):.2f}× ({len(cost)} rule-based environments)")
+    added = [v["added_us"] for v in r["judge_prompt"].values() if "added_us" in v]
+    return text + f"; a guarded judge prompt (2 KB response) {min(added):.0f}-{max(added):.0f} µs more than verbatim"
+
+
 def _spread(s: dict[str, float]) -> str:
     return f"{s['mean']:.2f} ± {s['std']:.2f}"
 
@@ -145,6 +158,8 @@ FIGURES = (
     Figure("engine_overhead", "engine overhead, 8 steps",
            lambda r: f"{r['async_overhead_fraction']:.1%} of wall time outside generation, reward and training (async)",
            "< 10%"),
+    Figure("adversarial", "reward-gaming attacks (`tests/adversarial/`) and the hardening's cost", _adversarial,
+           "every attack refused, every control scoring; CPU ≤ 1.10× main"),
     Figure("tiny_learning", "`driver run --blend tiny`, several seeds", _tiny, "every seed +0.25, every env rising"),
     Figure("tiny_tools_learning", "`driver run --blend tiny_tools -c tiny_tools`", _tiny_tools, "rising on every seed"),
     Figure("dpo_hallucination", "DPO against tool hallucination", _dpo, "rate falls"),

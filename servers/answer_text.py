@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+_ANY_THINK_TAG = re.compile(r"</?think", re.IGNORECASE)  # <thinking> too
 _THINK_BLOCK = re.compile(r"<(think|thinking)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 _UNOPENED_THINK = re.compile(r"^.*?</(think|thinking)>", re.DOTALL | re.IGNORECASE)
 # An opening tag that starts a line: reasoning; one inside a line is text (code handling the tags).
@@ -32,6 +33,8 @@ def strip_think(text: str) -> str:
     the chat template (the text starts inside it and has only the closing tag); and everything
     from a line that opens a block never closed (unfinished reasoning is not an answer; a reply
     that is only such a block gives ""). A tag inside a line of text or code stays."""
+    if not _ANY_THINK_TAG.search(text):  # the common case: one scan, no rewrites
+        return text.strip()
     text = _THINK_BLOCK.sub("", text)
     text = _UNOPENED_THINK.sub("", text, count=1)
     unclosed = _UNCLOSED_THINK.search(text)

@@ -74,6 +74,7 @@ class _Worker:
 
     def _start(self) -> None:
         self._ready = False
+        self._idle_cpu_s = 0.0  # the worker's CPU time when it last reported idle
         zygote = cpu_zygote.current()
         if zygote is not None:
             # Forked from the zygote (servers/cpu_zygote.py): preload already imported there.
@@ -100,7 +101,7 @@ class _Worker:
         if not self.conn.poll(timeout):
             raise RuntimeError("CPU worker did not start in time")
         try:
-            kind, pid = self.conn.recv()
+            kind, pid, self._idle_cpu_s = self.conn.recv()
         except EOFError:
             raise RuntimeError(f"CPU worker exited during start (exit code {self.process.poll()}); "
                                "check that cpu_pool_preload modules import cleanly") from None
@@ -113,15 +114,14 @@ class _Worker:
         """Blocking: run in a thread. Restarts the worker after a timeout or crash."""
         try:
             self.wait_ready()
-            cpu_before = process_cpu_s(self.process.pid)
             self.conn.send((fn, args))
             if not self.conn.poll(timeout):
-                cpu_after = process_cpu_s(self.process.pid)
-                used = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
+                cpu_now = process_cpu_s(self.process.pid)
+                used = max(0.0, cpu_now - self._idle_cpu_s) if cpu_now is not None else None
                 self.restart()
                 raise CpuTimeout(f"{getattr(fn, '__name__', fn)} passed its {timeout:g}s deadline"
                                  + (f" after {used:.2f}s of CPU" if used is not None else ""), cpu_s=used)
-            kind, value = self.conn.recv()
+            kind, value, self._idle_cpu_s = self.conn.recv()
         except (EOFError, OSError, BrokenPipeError) as exc:
             self.restart()
             raise CpuWorkerCrashed(f"CPU worker died while running {getattr(fn, '__name__', fn)}: {exc!r}") from None

@@ -12,6 +12,7 @@ import os
 import pickle
 import resource
 import sys
+import time
 import traceback
 from multiprocessing.connection import Connection
 
@@ -25,7 +26,9 @@ def worker_main(conn: Connection, preload: tuple[str, ...], memory_mb: int) -> N
             pass
     for module in preload:
         importlib.import_module(module)
-    conn.send(("ready", os.getpid()))
+    # Each message carries the worker's CPU time once it is idle again: the parent's baseline for
+    # telling, at a deadline, how much CPU the call itself used (CpuTimeout.cpu_s).
+    conn.send(("ready", os.getpid(), time.process_time()))
     while True:
         try:
             raw = conn.recv_bytes()
@@ -33,11 +36,12 @@ def worker_main(conn: Connection, preload: tuple[str, ...], memory_mb: int) -> N
             return
         try:
             fn, args = pickle.loads(raw)  # inside the try: an unpicklable task is an error, not a dead worker
-            conn.send(("ok", fn(*args)))
+            result = fn(*args)
+            conn.send(("ok", result, time.process_time()))
         except MemoryError:
-            conn.send(("err", "MemoryError: the scoring function exceeded the worker memory limit"))
+            conn.send(("err", "MemoryError: the scoring function exceeded the worker memory limit", time.process_time()))
         except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
-            conn.send(("err", "".join(traceback.format_exception(exc))[-4000:]))
+            conn.send(("err", "".join(traceback.format_exception(exc))[-4000:], time.process_time()))
 
 
 def child_entry() -> None:

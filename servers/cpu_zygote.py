@@ -10,7 +10,7 @@ imported, and nothing of an event loop is ever copied into it.
 
 Protocol: a ``SOCK_SEQPACKET`` pair; a request is the worker's end of a fresh socket pair
 (passed with SCM_RIGHTS) and its memory limit. The worker announces its pid on that socket
-(``("ready", pid)``), so the zygote never answers anything and any number of server workers
+(``("ready", pid, cpu_s)``), so the zygote never answers anything and any number of server workers
 (the forks of a multi-worker server) can share one zygote socket. The zygote reaps its
 children itself (SIGCHLD ignored), dies with its parent (PR_SET_PDEATHSIG), and exits when the
 last holder of its socket is gone.
@@ -54,7 +54,7 @@ class Zygote:
         return not select.select([self._pidfd], [], [], 0)[0]
 
     def spawn(self, memory_mb: int, preload: tuple[str, ...] = ()) -> Connection:
-        """A new worker's connection; it sends ``("ready", pid)`` once it can take work. ``preload``
+        """A new worker's connection; it sends ``("ready", pid, cpu_s)`` once it can take work. ``preload``
         modules the zygote did not import are imported by the worker."""
         ours, theirs = socket.socketpair()
         try:

@@ -32,10 +32,10 @@ def _finite_float(text: str) -> float:
 DECODER = json.JSONDecoder(parse_constant=_constant, parse_float=_finite_float)
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str) -> Any:
     """``json.loads`` without Python's extensions: ``NaN``, ``Infinity``, ``-Infinity`` and
-    overflowing numbers (``1e999``) raise ValueError."""
-    return json.loads(text, parse_constant=_constant, parse_float=_finite_float)
+    overflowing numbers (``1e999``) raise ValueError. A value it returns holds no non-finite float."""
+    return DECODER.decode(text)
 
 
 def non_finite_path(value: Any) -> str | None:

@@ -166,6 +166,13 @@ async def test_content_type_route_and_method_errors(tiny_server):
     assert re.search(r'route="/v1/chat/completions",status="415"} [1-9]', metrics)
 
 
+async def test_rl_routes_are_off_without_weight_transfer_config(tiny_server):
+    """A judge's server (no --weight-transfer-config) cannot be paused or rewritten."""
+    for route in ("/pause?mode=keep", "/start_weight_update", "/update_weights"):
+        got, reply = await post(tiny_server["url"] + route, {})
+        assert got == 404 and "--weight-transfer-config" in reply["error"]["message"]
+
+
 # ---- batching and trainer checkpoints --------------------------------------------------------
 def _trainer_checkpoint(root: Path) -> Path:
     """A driver-style checkpoint root (checkpoints/step_000003 + latest) of the tiny policy."""
@@ -252,14 +259,15 @@ def test_tool_call_blocks_are_parsed_out():
 
 def test_unsupported_parameters_name_themselves():
     for body, param in (({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
-                        ({"messages": [{"role": "user", "content": "x"}], "seed": 3}, "seed"),
+                        ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),
                         ({"messages": [{"role": "user", "content": "x"}],
                           "response_format": {"type": "json_object"}}, "response_format")):
         with pytest.raises(BadRequest) as err:
             openai_api.parse_chat(body)
         assert err.value.param == param
-    # bookkeeping parameters are accepted
+    # bookkeeping parameters are accepted, and so is a seed (the engine honours it)
     openai_api.parse_chat({"messages": [{"role": "user", "content": "x"}], "user": "u", "metadata": {}})
+    assert openai_api.parse_chat({"messages": [{"role": "user", "content": "x"}], "seed": 3}).sampling.seed == 3
 
 
 def test_vllm_command_exports_tiny_once(tmp_path):

@@ -93,7 +93,7 @@ def parse_arguments(raw: Any) -> dict[str, Any] | None:
     if raw is None or raw == "":
         return {}
     if isinstance(raw, dict):
-        return raw if json_values.non_finite_path(raw) is None else None
+        return raw  # a row's call, or a <tool_call> block already parsed strictly
     if isinstance(raw, str):
         try:
             value = json_values.loads(raw)
@@ -153,13 +153,6 @@ def word_overlap(expected: str, got: str) -> float:
     return sum((want & have).values()) / total if total else 1.0
 
 
-def word_precision(expected: str, got: str) -> float:
-    """|common words| / |predicted words|: how much of the prediction the expected text accounts for."""
-    want, have = Counter(expected.strip().lower().split()), Counter(got.strip().lower().split())
-    size = sum(have.values())
-    return sum((want & have).values()) / size if size else 1.0
-
-
 def sequence_similarity(expected: str, got: str, threshold: float = 0.0) -> float:
     """``SequenceMatcher`` ratio of the trimmed, LF-normalised texts. Below ``threshold`` the
     cheap upper bounds may be returned instead (the full ratio is quadratic in the length)."""
@@ -179,8 +172,10 @@ def texts_match(expected: str, got: str, options: MatchOptions) -> bool:
     if options.text_match == "word_overlap":
         if len(expected.split()) < 2 or len(got.split()) < 2:
             return expected == got  # NeMo-Gym: one-word values must be identical
-        return word_overlap(expected, got) >= options.text_threshold and \
-            (options.min_word_precision <= 0 or word_precision(expected, got) >= options.min_word_precision)
+        want, have = Counter(expected.strip().lower().split()), Counter(got.strip().lower().split())
+        common, size = sum((want & have).values()), sum(have.values())
+        return common / (sum(want.values()) + size) >= options.text_threshold and \
+            (options.min_word_precision <= 0 or common / size >= options.min_word_precision)
     if options.text_match == "sequence":
         return sequence_similarity(expected, got, options.text_threshold) >= options.text_threshold
     return _norm_text(expected, options) == _norm_text(got, options)
@@ -256,32 +251,45 @@ def _type_name(declared: Any) -> str | None:
     return name if name in _JSON_TYPES else None
 
 
-def declared_types(tools: Iterable[Any]) -> dict[str, dict[str, frozenset[str]]]:
-    """Per tool name, per top-level parameter: the JSON types the tool's ``parameters`` schema
-    declares (Responses tools ``{name, parameters}`` or Chat tools ``{function: {...}}``);
-    parameters declaring no known type are absent (not checked)."""
-    out: dict[str, dict[str, frozenset[str]]] = {}
-    for tool in tools:
-        spec = tool.get("function", tool) if isinstance(tool, dict) else None
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-            continue
-        properties = (spec.get("parameters") or {}).get("properties") if isinstance(spec.get("parameters"), dict) else None
-        types: dict[str, frozenset[str]] = {}
-        for key, schema in (properties or {}).items():
-            kind = schema.get("type") if isinstance(schema, dict) else None
-            names = {_type_name(k) for k in (kind if isinstance(kind, list) else [kind])} - {None}
-            if names:
-                types[key] = frozenset(n for n in names if n)
-        out[spec["name"]] = types
-    return out
+class DeclaredTypes:
+    """Per tool name, per top-level parameter: the JSON types the row's tool ``parameters`` schema
+    declares (Responses tools ``{name, parameters}`` or Chat tools ``{function: {...}}``), read per
+    tool on first use; parameters declaring no known type are absent (not checked)."""
+
+    def __init__(self, tools: Iterable[Any]):
+        self.tools = tools
+        self._by_name: dict[str, dict[str, frozenset[str]]] = {}
+
+    def of(self, name: str) -> dict[str, frozenset[str]]:
+        if name not in self._by_name:
+            self._by_name[name] = {}
+            for tool in self.tools:
+                spec = tool.get("function", tool) if isinstance(tool, dict) else None
+                if isinstance(spec, dict) and spec.get("name") == name:
+                    self._by_name[name] = _parameter_types(spec.get("parameters"))
+                    break
+        return self._by_name[name]
 
 
-def type_problems(call: Call, declared: dict[str, dict[str, frozenset[str]]]) -> list[str]:
+def _parameter_types(parameters: Any) -> dict[str, frozenset[str]]:
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    types: dict[str, frozenset[str]] = {}
+    for key, schema in (properties if isinstance(properties, dict) else {}).items():
+        kind = schema.get("type") if isinstance(schema, dict) else None
+        names = frozenset(n for n in (_type_name(k) for k in (kind if isinstance(kind, list) else [kind])) if n)
+        if names:
+            types[key] = names
+    return types
+
+
+def type_problems(call: Call, declared: DeclaredTypes) -> list[str]:
     """A predicted call's arguments whose JSON type is not the one its tool declares (``"02134"``
     for a string parameter is not 2134; ``"14"`` for an integer one is not 14). Null values are
     left to the comparison (an optional argument left at its default)."""
-    types = declared.get(call.name)
-    if not types or not call.arguments:
+    if not call.arguments:
+        return []
+    types = declared.of(call.name)
+    if not types:
         return []
     out = []
     for key, value in call.arguments.items():

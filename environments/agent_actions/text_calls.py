@@ -8,10 +8,11 @@ the inference server was started.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from servers import json_values
 
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
@@ -29,7 +30,7 @@ def text_tool_calls(text: str) -> list[TextCall]:
     calls: list[TextCall] = []
     for body in _BLOCK.findall(text):
         try:
-            value = json.loads(body)
+            value = json_values.loads(body)  # NaN / Infinity are not JSON
         except (ValueError, RecursionError):
             calls.append(TextCall("", None, f"the <tool_call> block is not JSON: {body[:100]!r}"))
             continue

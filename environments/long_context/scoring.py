@@ -9,7 +9,9 @@ import json
 import re
 import string
 from collections import Counter
+import functools
 from dataclasses import dataclass
+from typing import Callable
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SPACES = re.compile(r"\s+")
@@ -110,10 +112,12 @@ METRICS = {"string_match_all": string_match_all, "string_match_part": string_mat
 
 _SEGMENT = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]+")
 _EDGE = "(?<![A-Za-z0-9])", "(?![A-Za-z0-9])"
+QUESTION_CHARS = 1000  # the end of the prompt, where RULER asks its question: strings it names are not dumped
 
 
-def gold_shape(gold: str) -> str | None:
-    """A regex (case-sensitive) for strings of the same form as a distinctive gold: one holding a
+@functools.lru_cache(maxsize=4096)
+def gold_shape(gold: str) -> re.Pattern[str] | None:
+    """A pattern (case-sensitive) for strings of the same form as a distinctive gold: one holding a
     digit (numbers, hashes, UUIDs) or an upper-case code of 3+ letters (RULER's VAR names); None
     for word-like golds, whose look-alikes are ordinary prose."""
     gold = gold.strip()
@@ -131,7 +135,29 @@ def gold_shape(gold: str) -> str | None:
             parts.append(f"[a-z]{{{len(segment)}}}")
         else:
             parts.append(f"[A-Za-z0-9]{{{len(segment)}}}")
-    return _EDGE[0] + "".join(parts) + _EDGE[1]
+    return re.compile(_EDGE[0] + "".join(parts) + _EDGE[1])
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """The forms of a row's distinctive golds, compiled once per gold list."""
+
+    strict: re.Pattern[str]  # every form, in the golds' own case
+    loose: re.Pattern[str]  # the same, any case
+    golds: frozenset[str]  # lower-cased
+    case: Callable[[str], str] | None  # how the golds write their letters (None: mixed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _candidates(golds: tuple[str, ...]) -> _Candidates | None:
+    shapes = sorted({shape.pattern for shape in map(gold_shape, golds) if shape is not None})
+    if not shapes:
+        return None
+    letters = "".join(c for g in golds for c in g if c.isalpha())
+    case = str.upper if letters.isupper() else str.lower if not letters or letters.islower() else None
+    either = "|".join(shapes)
+    return _Candidates(re.compile(either), re.compile(either, re.IGNORECASE),
+                       frozenset(g.strip().lower() for g in golds), case)
 
 
 @dataclass
@@ -142,25 +168,43 @@ class DumpCheck:
     others: list[str]  # the other candidates the answer names
 
 
-def candidate_precision(prediction: str, golds: list[str], prompt: str, question: str) -> DumpCheck:
+def candidate_precision(prediction: str, golds: list[str], prompt: Callable[[], str]) -> DumpCheck:
     """Of the candidates an answer names — strings of a distinctive gold's form that occur in the
     prompt with that form (the haystack's other needles, VAR names...) — the share that are golds.
-    Strings the question itself names are not counted; word-like golds are not checked."""
-    shapes = {shape for shape in map(gold_shape, golds) if shape}
-    if not shapes:
+    Strings the question itself (the prompt's last 1,000 characters) names are not counted; word-like
+    golds are not checked. ``prompt`` is called only when the answer names a string beside the golds."""
+    forms = _candidates(tuple(golds))
+    if forms is None:
         return DumpCheck(1.0, [])
-    lowered_golds = {g.strip().lower() for g in golds}
-    question_tokens = {t.lower() for shape in shapes for t in re.findall(shape, question, re.IGNORECASE)}
-    named = {t.lower() for shape in shapes for t in re.findall(shape, prediction, re.IGNORECASE)}
-    suspects = named - lowered_golds - question_tokens
+    suspects = {t.lower() for t in forms.loose.findall(prediction)} - forms.golds
     if not suspects:
         return DumpCheck(1.0, [])
-    haystack = {t.lower() for shape in shapes for t in re.findall(shape, prompt)}  # the prompt's own candidates
+    text = prompt()
+    question = text[-QUESTION_CHARS:].lower()
+    suspects = {t for t in suspects if t not in question}
+    if len(suspects) <= 32 and forms.case is not None:
+        # A few names (an honest answer's other words of the gold's length): look each one up in the
+        # gold's own case, instead of collecting every candidate of a long prompt.
+        haystack = {t for t in suspects if _occurs(text, forms.case(t))}
+    else:
+        haystack = {t.lower() for t in forms.strict.findall(text)}  # the prompt's own candidates
     others = sorted(suspects & haystack)
-    found = sum(g.strip().lower() in prediction.lower() for g in golds)
     if not others:
         return DumpCheck(1.0, [])
+    lowered = prediction.lower()
+    found = sum(g in lowered for g in forms.golds)
     return DumpCheck(found / (found + len(others)) if found else 0.0, others)
+
+
+def _occurs(text: str, token: str) -> bool:
+    """``token`` occurs in ``text`` as a whole token (no letter or digit either side)."""
+    start = text.find(token)
+    while start >= 0:
+        end = start + len(token)
+        if (start == 0 or not text[start - 1].isalnum()) and (end == len(text) or not text[end].isalnum()):
+            return True
+        start = text.find(token, start + 1)
+    return False
 
 
 def dump_budget(golds: list[str], min_chars: int, factor: float) -> int:

@@ -33,8 +33,6 @@ from servers.environment import EnvConfig, Environment, Verdict
 from servers.judge import JudgeConfig, JudgedConfig, JudgedEnvironment, final_answer
 from servers.wire import ResponseObject, RowModel
 
-_QUESTION_CHARS = 1000  # the end of the prompt, where RULER asks its question: strings it names are not dumped
-
 Metric = Literal["string_match_all", "string_match_part", "exact_match", "token_f1", "set_f1", "judge"]
 LC_JUDGE_AGENTS = ("lc_judge_simple_agent",)  # rows from this agent are judged (metric "judge")
 
@@ -194,7 +192,7 @@ class LongContext(JudgedEnvironment, Environment):
         if metric == "judge":
             return await self._judge(row, response)
         if metric in ("string_match_all", "string_match_part") and not self.config.nemo_gym_parity:
-            return self._string_match_guarded(row, metric, response)
+            return self._string_match_guarded(row, metric, answer)
         if metric != "set_f1":
             golds = row.outputs if row.outputs is not None else row.answers or [row.expected_answer or ""]
             score = scoring.METRICS[metric](answer, golds)
@@ -208,21 +206,20 @@ class LongContext(JudgedEnvironment, Environment):
         return Verdict(reward=reward, extras={"metric": metric, "answer_score": answer_score,
                                               "reasoning_overlap": overlap, "extracted_answer": nodes})
 
-    def _string_match_guarded(self, row: LongContextRow, metric: Metric, response: ResponseObject) -> Verdict:
+    def _string_match_guarded(self, row: LongContextRow, metric: Metric, output_text: str) -> Verdict:
         """RULER's string match on the answer without its reasoning, refusing dumps: an answer past
         the budget scores 0; otherwise the match is multiplied by the share of candidates it names
         that are golds (``scoring.candidate_precision``)."""
         cfg = self.config
         golds = row.outputs if row.outputs is not None else row.answers or [row.expected_answer or ""]
-        answer = strip_think(response.output_text)
-        budget = scoring.dump_budget(golds, cfg.dump_min_chars, cfg.dump_gold_factor)
-        if len(answer) > budget:
+        answer = strip_think(output_text)
+        budget = cfg.dump_min_chars  # the golds' length matters only past the floor
+        if len(answer) > budget and len(answer) > (budget := scoring.dump_budget(golds, budget, cfg.dump_gold_factor)):
             return Verdict(reward=0.0, extras={"metric": metric, "score": 0.0, "dump": f"the answer has {len(answer)} "
                                                f"characters, over the budget of {budget} (dump_min_chars, "
                                                "dump_gold_factor)"})
         score = scoring.METRICS[metric](answer, golds)
-        prompt = _input_text(row)
-        check = scoring.candidate_precision(answer, golds, prompt, prompt[-_QUESTION_CHARS:]) if score else None
+        check = scoring.candidate_precision(answer, golds, lambda: _input_text(row)) if score else None
         extras: dict[str, Any] = {"metric": metric, "score": score}
         if check is not None and check.others:
             extras.update(candidate_precision=round(check.precision, 4), other_candidates=check.others[:20])

@@ -10,18 +10,21 @@ reason and the answer scores 0 (``scored_by: refused_costly``) without reaching 
 
 The checks read the answer once, in microseconds (event loop, no sympy):
 
-* length over ``max_chars``, bracket nesting deeper than ``max_nesting``;
-* a small recursive reading of the arithmetic (numbers, ``+ - * / ^ **``, ``!``, ``!!``, groups,
+* :func:`oversized_answer`, before any parsing (the fast paths included): length over
+  ``max_chars``, bracket nesting deeper than ``max_nesting``;
+* :func:`costly_answer`, before math-verify (the fast paths compute no large number): a small
+  recursive reading of the arithmetic (numbers, ``+ - * / ^ **``, ``!``, ``!!``, groups,
   ``\\frac``, ``\\sqrt``, ``\\binom``, ``\\Gamma``, ``\\sum``/``\\prod`` bounds) that estimates the size
   of every number sympy would compute exactly: a power or factorial with more than ``max_digits``
   digits, a power of a sum that expands to more than ``max_expansion_terms`` terms, a sum or
   product over more than ``max_range`` terms. Symbols stay symbols (``x^{1000000}`` is cheap).
 
 The limits are far above any answer of the math datasets (the largest gold in this repo is
-``(2+\\sqrt{3})^{2016}``: 2,017 expansion terms, 1,153 digits) and below what math-verify can
-decide in ~1 s on this machine (measured: 2^{10^7} 0.2 s, 100000! 0.2 s, 30 nested parentheses
-2.6 s, 16 nested fractions 5 s). What the guard does not foresee still meets the deadline, where
-the CPU the worker spent decides whose fault it was (``scoring.score_final_answer``).
+``(2+\\sqrt{3})^{2016}``: 2,017 expansion terms, 1,153 digits) and below the sizes that took
+math-verify seconds in trials on the development machine (tests/adversarial/test_math.py holds
+both sides: the attacks are refused, the hard real answers score). What the guard does not foresee
+still meets the deadline, where the CPU the worker spent decides whose fault it was
+(``verifier.score_final_answer``).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class CostLimits(BaseModel):
 
     max_chars: int = Field(1000, ge=1, description="Longest answer scored; longer scores 0.")
     max_nesting: int = Field(12, ge=1, description="Deepest bracket nesting scored (math-verify's parser backtracks "
-                                                   "on deep nesting: 16 nested fractions take 5 s).")
+                                                   "on deeply nested input).")
     max_digits: int = Field(100_000, ge=1, description="Largest number (in digits) an answer may make sympy compute "
                                                        "exactly: powers, factorials, binomials.")
     max_expansion_terms: int = Field(10_000, ge=1, description="Largest expansion of a power of a sum, (a+b+c)^n.")
@@ -91,13 +94,22 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
-def costly_answer(answer: str, limits: CostLimits = CostLimits()) -> str | None:
-    """Why scoring ``answer`` would cost more than the limits allow, or None when it is fine."""
+def oversized_answer(answer: str, limits: CostLimits = CostLimits()) -> str | None:
+    """Why ``answer`` is too long or too deeply nested to read at all (checked before any parsing,
+    the fast paths included), or None."""
     if len(answer) > limits.max_chars:
         return f"the answer has {len(answer)} characters (limit {limits.max_chars})"
     brackets = sum(answer.count(ch) for ch in _OPEN)
     if brackets > limits.max_nesting and (depth := nesting_depth(answer)) > limits.max_nesting:
         return f"the answer nests brackets {depth} deep (limit {limits.max_nesting})"
+    return None
+
+
+def costly_answer(answer: str, limits: CostLimits = CostLimits()) -> str | None:
+    """Why scoring ``answer`` with math-verify would cost more than the limits allow, or None when
+    it is fine: :func:`oversized_answer`, then the sizes of the numbers it makes sympy compute."""
+    if (oversized := oversized_answer(answer, limits)) is not None:
+        return oversized
     if not any(mark in answer for mark in ("^", "!", "*", "\\binom", "\\Gamma", "\\sum", "\\prod")):
         return None  # nothing that makes sympy compute a large number
     tokens = _TOKEN.findall(_TEXT_ARG.sub(" t ", _DROP.sub(" ", answer)))

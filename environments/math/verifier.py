@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from environments.math.answer_cost import AnswerCostConfig, CostLimits, costly_answer
+from environments.math.answer_cost import AnswerCostConfig, CostLimits, costly_answer, oversized_answer
 from environments.math.extract import DEFAULT_RULES, extract_answer, is_incomplete
 from environments.math.notation import rewrite_pair
 from environments.math.judge_fallback import MathJudgeConfig, MathJudgeFallback
@@ -131,10 +131,9 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
     """
     result = cache.get((gold, extracted)) if cache is not None else None
     if result is None:
-        refused = costly_answer(extracted, limits)
-        if refused is not None:  # cheap to decide again: not cached
-            return Verdict(0.0, extras={**extras, "library_reward": 0.0, "scored_by": "refused_costly",
-                                        "cost_refusal": refused})
+        # Too long or too deep to read at all: refused before any parsing (cheap to decide again: not cached).
+        if (refused := oversized_answer(extracted, limits)) is not None:
+            return _refused_costly(refused, extras)
         gold_form, answer_form = rewrite_pair(gold, extracted)
         decided = fast_equivalence(gold_form, answer_form) if fast_path else None
         if decided is not None:
@@ -142,6 +141,9 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
         elif (symbolic := symbolic_equivalence(gold_form, answer_form) if symbolic_fast_path else None) is not None:
             result = (1.0 if symbolic else 0.0), "symbolic", None
         else:
+            # The fast paths cannot compute a large number; math-verify can: the answer's sizes first.
+            if (refused := costly_answer(answer_form, limits)) is not None:
+                return _refused_costly(refused, extras)
             try:
                 reward, error = await env.cpu(library_score, gold_form, answer_form, timeout=timeout)
             except CpuTimeout as exc:
@@ -162,6 +164,10 @@ async def score_final_answer(env: Environment, gold: str, extracted: str, extras
     if error is not None:
         return Verdict.failure(FailureClass.VERIFIER_ERROR, error, **extras, scored_by=scored_by)
     return Verdict(reward, extras={**extras, "library_reward": reward, "scored_by": scored_by})
+
+
+def _refused_costly(reason: str, extras: dict[str, Any]) -> Verdict:
+    return Verdict(0.0, extras={**extras, "library_reward": 0.0, "scored_by": "refused_costly", "cost_refusal": reason})
 
 
 async def _gold_scores_in_time(env: Environment, gold_form: str, timeout: float) -> bool:

@@ -100,7 +100,9 @@ class StructuredOutputs(Environment):
         if error is not None:
             return self._score(parsed=False, valid=False, error=error)
         # NaN and Infinity compare false with every bound: a schema's minimum/maximum would let them pass.
-        if (where := json_values.non_finite_path(payload)) is not None:
+        # JSON (text or tool arguments) is parsed without them; YAML and TOML have their own literals.
+        if row.response_mode == "text" and row.schema_type in ("yaml", "toml") \
+                and (where := json_values.non_finite_path(payload)) is not None:
             return self._score(parsed=True, valid=False, error=("not_a_number", f"{where}: NaN/Infinity is not a number"))
         problem = compiled.first_error(payload)
         if problem is not None:

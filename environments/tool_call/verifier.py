@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from environments.agent_actions.calls import (MatchOptions, call_problems, declared_types, make_call, match_calls,
+from environments.agent_actions.calls import (DeclaredTypes, MatchOptions, call_problems, make_call, match_calls,
                                              parse_arguments, type_problems)
 from servers.environment import EnvConfig, Environment, Verdict
 from servers.wire import ResponseObject, RowModel
@@ -91,9 +91,12 @@ class ToolCall(Environment):
                                case_sensitive=cfg.case_sensitive, allow_extra_arguments=cfg.allow_extra_arguments)
         expected = [make_call(c.name, c.arguments) for c in row.expected_calls()]
         predicted = [make_call(item.name or "", item.arguments) for item in response.function_calls]
-        declared = declared_types(row.responses_create_params.tools) if cfg.typed_arguments else {}
-        result = match_calls(expected, predicted, options,
-                             lambda e, p: call_problems(e, p, options) or type_problems(p, declared))
+        if cfg.typed_arguments:
+            declared = DeclaredTypes(row.responses_create_params.tools)
+            result = match_calls(expected, predicted, options,
+                                 lambda e, p: call_problems(e, p, options) or type_problems(p, declared))
+        else:
+            result = match_calls(expected, predicted, options)
         if cfg.scoring == "binary":
             name_score = arguments_score = 1.0 if result.exact else 0.0
         else:

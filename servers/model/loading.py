@@ -75,14 +75,19 @@ class LoadedModel:
 
     @property
     def stop_token_ids(self) -> list[int]:
-        """EOS ids of the tokenizer and generation config, plus ChatML's end-of-turn marker."""
-        ids = {self.tokenizer.eos_token_id}
-        eos = getattr(self.model.generation_config, "eos_token_id", None)
-        ids.update(eos if isinstance(eos, list) else [eos])
-        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
-            ids.add(im_end)
-        return sorted(i for i in ids if isinstance(i, int))
+        return model_stop_ids(self.model, self.tokenizer)
+
+
+def model_stop_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokens that end a turn: EOS of the tokenizer and the generation config, plus ChatML's
+    end-of-turn marker."""
+    ids = {tokenizer.eos_token_id}
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(eos if isinstance(eos, list) else [eos])
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return sorted(i for i in ids if isinstance(i, int))
 
 
 def pick_device(device: str) -> str:

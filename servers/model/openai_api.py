@@ -1,7 +1,8 @@
 """OpenAI request parsing and response shapes: Chat Completions and the Responses API.
 
 Requests become chat messages (+ tools) for the tokenizer's chat template and one
-:class:`SamplingParams`; results become the two APIs' response objects, with token usage.
+:class:`SamplingParams` (the request-level one; the engine's per-sequence parameters are
+:class:`servers.model.sampling.SamplingParams`); results become the two APIs' response objects, with token usage.
 A parameter the engine cannot honour (``stream``, ``logprobs``, a JSON ``response_format``...)
 is a 400 naming it, not silently dropped; bookkeeping parameters (``user``, ``metadata``,
 ``store``...) are accepted.
@@ -20,7 +21,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from servers.model.batching import GenerationResult
 
 # Accepted and without effect on generation (request bookkeeping).
 _BOOKKEEPING = {"user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls", "tool_choice",
@@ -34,6 +34,15 @@ _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 # A GenRM's chat template adds roles for the two answers it compares (and an optional principle);
 # vLLM passes any role to the template, and so does this server (environments/genrm).
 _CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "response_1", "response_2", "principle")
+
+
+@dataclass
+class GenerationResult:
+    """What the chat and Responses shapes need of one generated sequence."""
+
+    text: str
+    completion_tokens: int
+    finish_reason: str  # "stop" (a stop token or string) | "length" (max tokens reached) | "abort"
 
 
 class BadRequest(Exception):
@@ -55,6 +64,7 @@ class SamplingParams:
     top_p: float
     n: int
     stop: tuple[str, ...]
+    seed: int | None = None
 
 
 @dataclass
@@ -74,7 +84,7 @@ def _check_keys(body: dict[str, Any], allowed: set[str]) -> None:
     for key, bad in unsupported.items():
         if body.get(key) == bad:
             raise BadRequest(f"{key}=true is not supported by this server (it answers whole responses)", param=key)
-    for key in ("top_logprobs", "seed", "logit_bias"):
+    for key in ("top_logprobs", "logit_bias"):
         if body.get(key) not in (None, 0, {}):
             raise BadRequest(f"{key} is not supported by this server", param=key)
     for key in ("frequency_penalty", "presence_penalty"):
@@ -87,7 +97,7 @@ def _check_keys(body: dict[str, Any], allowed: set[str]) -> None:
         raise BadRequest("structured output formats are not supported by this server", param="response_format")
 
 
-def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+def number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
     value = body.get(key, default)
     if value is None:
         return default
@@ -96,18 +106,27 @@ def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float
     return float(value)
 
 
-def _max_tokens(body: dict[str, Any], *keys: str) -> int | None:
+def max_tokens_of(body: dict[str, Any], *keys: str, allow_zero: bool = False) -> int | None:
+    lowest = 0 if allow_zero else 1
     for key in keys:
         value = body.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BadRequest(f"{key} must be a positive integer, got {value!r}", param=key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            kind = "a non-negative" if allow_zero else "a positive"
+            raise BadRequest(f"{key} must be {kind} integer, got {value!r}", param=key)
         return value
     return None
 
 
-def _stop(value: Any) -> tuple[str, ...]:
+def seed_of(body: dict[str, Any]) -> int | None:
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63):
+        raise BadRequest("seed must be a 64-bit integer", param="seed")
+    return seed
+
+
+def stop_strings(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
@@ -158,9 +177,10 @@ def parse_chat(body: dict[str, Any]) -> ParsedRequest:
     n = body.get("n", 1)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 16:
         raise BadRequest(f"n must be an integer in [1, 16], got {n!r}", param="n")
-    sampling = SamplingParams(max_new_tokens=_max_tokens(body, "max_completion_tokens", "max_tokens"),
-                              temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-                              top_p=_number(body, "top_p", 1.0, 0.0, 1.0), n=n, stop=_stop(body.get("stop")))
+    sampling = SamplingParams(max_new_tokens=max_tokens_of(body, "max_completion_tokens", "max_tokens"),
+                              temperature=number(body, "temperature", 1.0, 0.0, 2.0),
+                              top_p=number(body, "top_p", 1.0, 0.0, 1.0), n=n, stop=stop_strings(body.get("stop")),
+                              seed=seed_of(body))
     if sampling.top_p == 0.0:
         raise BadRequest("top_p must be > 0", param="top_p")
     return ParsedRequest(model=body.get("model"), messages=messages, tools=body.get("tools") or None,
@@ -184,9 +204,9 @@ def parse_responses(body: dict[str, Any]) -> ParsedRequest:
         raise BadRequest("input has no user, assistant or tool item", param="input")
     tools = [{"type": "function", "function": {k: t.get(k) for k in ("name", "description", "parameters")}}
              for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function"]
-    sampling = SamplingParams(max_new_tokens=_max_tokens(body, "max_output_tokens"),
-                              temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-                              top_p=_number(body, "top_p", 1.0, 0.0, 1.0), n=1, stop=())
+    sampling = SamplingParams(max_new_tokens=max_tokens_of(body, "max_output_tokens"),
+                              temperature=number(body, "temperature", 1.0, 0.0, 2.0),
+                              top_p=number(body, "top_p", 1.0, 0.0, 1.0), n=1, stop=())
     if sampling.top_p == 0.0:
         raise BadRequest("top_p must be > 0", param="top_p")
     return ParsedRequest(model=body.get("model"), messages=messages, tools=tools or None, sampling=sampling,

@@ -1,6 +1,6 @@
 """The vLLM path of ``envs model serve``: where vLLM is installed and a GPU is present, the
 model is served by ``vllm serve`` (same OpenAI routes, continuous batching, paged attention)
-instead of the transformers engine.
+instead of verigym's own decode engine.
 
 The process is replaced by vLLM's (``exec``), so signals, logs and the exit code are vLLM's own.
 The tiny preset has no files; it is exported once to a cache folder as a Hugging Face checkpoint

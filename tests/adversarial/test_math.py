@@ -62,7 +62,8 @@ async def test_attack_costly_answer_is_a_cheap_zero(scorer, name):
     env = await scorer(ENV, cpu_workers=1)
     reply = await env.verify(ROW, f"The answer is \\boxed{{{COSTLY[name]}}}")
     assert_refused(reply)
-    assert reply["scored_by"] == "refused_costly" and env.service.pool.timeouts == 0
+    # refused before math-verify: by the guard, or decided by a fast path that computes no large number
+    assert reply["scored_by"] in ("refused_costly", "symbolic", "exact") and env.service.pool.timeouts == 0
 
 
 async def test_attack_thousands_of_unclosed_boxes_do_not_stall_the_server(scorer):

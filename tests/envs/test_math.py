@@ -269,7 +269,8 @@ async def test_costly_answers_are_refused_before_math_verify(answer):
     await service.start()
     try:
         _, reply = await service.verify(_row("42", f"\\boxed{{{answer}}}"))
-        assert reply["reward"] == 0.0 and reply["scored_by"] == "refused_costly" and "_ng_failure_class" not in reply
-        assert reply["cost_refusal"] and service.pool.timeouts == 0
+        assert reply["reward"] == 0.0 and "_ng_failure_class" not in reply and service.pool.timeouts == 0
+        # refused by the guard, or decided by the symbolic fast path (numbers at sample points: cheap)
+        assert reply["scored_by"] == "refused_costly" and reply["cost_refusal"] or reply["scored_by"] == "symbolic"
     finally:
         await service.stop()
