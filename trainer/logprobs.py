@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
-from trainer.kv_cache import cache_of, with_cache
+from servers.model.kv_cache import cache_of, with_cache
 
 
 class Scored(Protocol):

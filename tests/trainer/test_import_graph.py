@@ -116,10 +116,10 @@ def test_the_trainer_imports_no_environment():
 
 def test_the_trainer_imports_only_the_client_wire_models_and_model_presets_of_servers():
     # the model package: its presets and how a model source is found (envs model serve reads the same);
-    # process_budget: the per-user process limit check, shared by envs serve and driver run;
-    # kv_cache: the KV-cache argument helpers of the one decode engine (the logprob pass reads them)
-    allowed = ("servers.client", "servers.wire", "servers.model.tiny", "servers.model.loading", "servers.process_budget",
-               "servers.model.kv_cache")
+    # kv_cache: a model forward's cache argument, shared by the decode engine, the in-process decode and
+    # the logprob pass; process_budget: the per-user process limit check, shared by envs serve and driver run
+    allowed = ("servers.client", "servers.wire", "servers.model.tiny", "servers.model.loading", "servers.model.kv_cache",
+               "servers.process_budget")
     assert not _offenders("trainer", lambda _, m: (_under(m, "servers") and not _under(m, *allowed) and m != "servers")
                           or _under(m, "sandboxes"))
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from trainer.config import MasterConfig, WarmStartConfig, to_yaml
 from trainer.grpo import actors, checkpoint
-from trainer.grpo.interrupt import NO_STOP, StopRequest, as_run_interrupted
+from trainer.grpo.interrupt import NO_STOP, RunInterrupted, StopRequest, as_run_interrupted
 from trainer.grpo.metrics import MetricsLogger, read_jsonl
 from trainer.grpo.versions import check_versions
 from trainer.grpo.weight_sync import WeightTransport, make_transport
@@ -56,8 +56,10 @@ def run_grpo(cfg: MasterConfig, train: list[Task], val: list[Task], urls: dict[s
         start = run.resume_or_warm_start(resume)
         return run.finish(run.train(start))
     except KeyboardInterrupt as raised:
-        run.interrupted(raised)
-        raise AssertionError("unreachable: interrupted() raises")
+        exc = run.interrupted(raised)
+        if exc is raised:
+            raise
+        raise exc from None
     finally:
         with run.stop.deferred():  # a signal during cleanup must not cut it short (a second one forces exit)
             actors.kill_all(run.comps)
@@ -285,9 +287,9 @@ class _Run:
         (self.log_dir / "summary.json").write_text(json.dumps(result.summary, indent=1) + "\n")
         return result
 
-    def interrupted(self, raised: KeyboardInterrupt) -> None:
+    def interrupted(self, raised: KeyboardInterrupt) -> RunInterrupted:
         """Stop on a signal: a final checkpoint when the trainer answers quickly and the state is
-        consistent (otherwise the last one stands), then raise :class:`RunInterrupted`."""
+        consistent (otherwise the last one stands); returns the :class:`RunInterrupted` to raise."""
         exc = as_run_interrupted(raised, self.stop)
         if self.bar is not None:
             self.bar.close()
@@ -300,9 +302,7 @@ class _Run:
                 exc.checkpoint_step, exc.checkpoint_written = p.steps_done, True
             except Exception as err:
                 print(f"driver: no final checkpoint ({type(err).__name__}: {err})", flush=True)
-        if exc is raised:
-            raise exc
-        raise exc from None
+        return exc
 
 
 def _warm_start(cfg: MasterConfig, comps: actors.Components, to: float) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from trainer.kv_cache import cache_of, with_cache
+from servers.model.kv_cache import cache_of, with_cache
 from trainer.policy import Policy
 from trainer.rollout.generator import Generation, SamplingParams
 

@@ -46,23 +46,25 @@ class RetryPolicy:
     async def run(self, attempt: Callable[[], Awaitable[tuple[T, float | None]]]) -> tuple[T, int]:
         """``attempt()`` returns (result, None) when the result stands, or (result, seconds the server
         asked to wait, 0 if none) when it failed with a failure class. Returns (result, retries used)."""
-        for n in range(self.retries + 1):
+        n = 0
+        while True:
             result, again = await attempt()
             if again is None or n == self.retries:
                 return result, n
             await asyncio.sleep(self._wait(n, again))
-        raise AssertionError("unreachable")
+            n += 1
 
     async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """``fn()``, tried again while it raises a failure-classed EnvClientError (503, connection)."""
-        for n in range(self.retries + 1):
+        n = 0
+        while True:
             try:
                 return await fn()
             except EnvClientError as exc:
                 if exc.failure_class is None or n == self.retries:
                     raise
                 await asyncio.sleep(self._wait(n, exc.retry_after))
-        raise AssertionError("unreachable")
+            n += 1
 
 
 def failure_reply(base: dict[str, Any], exc: Exception) -> dict[str, Any]:
