@@ -143,13 +143,15 @@ class Policy:
                 "hidden": getattr(cfg, "hidden_size", None), "vocab": len(self.tokenizer), "version": self.version}
 
 
-def load_policy(cfg: Any, threads: int) -> Policy:
+def load_policy(cfg: Any, threads: int | None, device: str | None = None) -> Policy:
     """The policy a GRPO run (a ``trainer.config.MasterConfig``) trains: ``policy.model_name``,
-    ``precision``, ``device``, the tiny preset's geometry from ``hf_config_overrides``; torch uses
-    ``threads`` intra-op threads in this process."""
-    torch.set_num_threads(threads)
+    ``precision``, ``device`` (or ``device``), the tiny preset's geometry from ``hf_config_overrides``;
+    torch uses ``threads`` intra-op threads in this process (None: left as it is)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
     p = cfg.policy
-    kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision, "device": p.device}
+    kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision,
+                          "device": device or p.device}
     if p.model_name == "tiny" and p.hf_config_overrides:
         kw["tiny"] = TinyModelConfig(**p.hf_config_overrides)
     return Policy.load(PolicyConfig(**kw))

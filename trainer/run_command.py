@@ -16,6 +16,7 @@ from typing import Any
 from trainer.blends import BlendError
 from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
 from trainer.data_prep import DataPrepError
+from trainer.rollout.generation_server import placement
 from trainer.rollout.task import MANIFEST, Routes, Task, TaskError, agent_name, make_tasks, routes_of
 
 
@@ -151,6 +152,7 @@ def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int, said: tup
         f"mode: {mode}",
         f"ray: {cfg.cluster.ray_address or 'local (started by the driver)'}; generators: {cfg.cluster.num_generation_workers}; "
         f"weight transport: {cfg.cluster.weight_transport}",
+        placement(cfg),
         _warm_start_plan(cfg.policy.warm_start) if cfg.policy.warm_start.enabled else "warm start: off",
         f"outputs: {cfg.logger.log_dir}",
     ])

@@ -37,14 +37,24 @@ def init_ray(cfg: MasterConfig) -> bool:
 
 
 def gpu_share(cfg: MasterConfig) -> dict[str, float]:
-    """``num_gpus`` for the trainer and each generator: they share one GPU when ``policy.device``
-    resolves to CUDA (Ray sets CUDA_VISIBLE_DEVICES='' in an actor that asks for no GPU, so the
-    share is what lets them see it); nothing on a CPU run."""
+    """``num_gpus`` for the trainer and each generator that decodes on it: they share one GPU when
+    ``policy.device`` resolves to CUDA (Ray sets CUDA_VISIBLE_DEVICES='' in an actor that asks for no
+    GPU, so the share is what lets them see it); nothing on a CPU run."""
     from trainer.policy import resolve_device
 
     if resolve_device(cfg.policy.device).type != "cuda":
         return {}
     return {"num_gpus": 1.0 / (1 + cfg.cluster.num_generation_workers)}
+
+
+def generator_gpu_share(cfg: MasterConfig) -> dict[str, float]:
+    """A generator's share: none when its backend decodes elsewhere (a generation server) and loads
+    its policy (the tokenizer and chat template) on the CPU."""
+    from trainer.policy import resolve_device
+    from trainer.rollout.generator import backend_class
+
+    device = backend_class(cfg.policy.generation.backend).policy_device(cfg)
+    return gpu_share(cfg) if resolve_device(device).type == "cuda" else {}
 
 
 @dataclass
@@ -68,11 +78,11 @@ def launch(cfg: MasterConfig, train: list[Task], val: list[Task], urls: dict[str
         max_num_epochs=cfg.grpo.max_num_epochs)
     train_ref, val_ref = ray.put(train), ray.put(val)
     reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(cfg, urls, buffer, train_ref, val_ref)
-    gpu = gpu_share(cfg)
-    placed = lambda res: {"resources": dict(res), **gpu} if res else {**spread, **gpu}  # noqa: E731 (custom resources pin the node)
-    trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources))(TrainerWorker).remote(
+    placed = lambda res, gpu: {"resources": dict(res), **gpu} if res else {**spread, **gpu}  # noqa: E731 (custom resources pin the node)
+    trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources, gpu_share(cfg)))(TrainerWorker).remote(
         cfg, transport, urls, train_ref, val_ref, reward)
-    generators = [ray.remote(num_cpus=1, max_concurrency=4, **placed(cfg.cluster.generator_resources))(GeneratorWorker).remote(
+    generator_gpu = generator_gpu_share(cfg)
+    generators = [ray.remote(num_cpus=1, max_concurrency=4, **placed(cfg.cluster.generator_resources, generator_gpu))(GeneratorWorker).remote(
         cfg, i, train_ref, buffer, reward, transport, urls) for i in range(cfg.cluster.num_generation_workers)]
     return Components(buffer, reward, trainer, generators)
 

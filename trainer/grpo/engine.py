@@ -28,6 +28,7 @@ from trainer.grpo.interrupt import NO_STOP, RunInterrupted, StopRequest, as_run_
 from trainer.grpo.metrics import MetricsLogger, read_jsonl
 from trainer.grpo.versions import check_versions
 from trainer.grpo.weight_sync import WeightTransport, make_transport
+from trainer.rollout.generation_server import GenerationServer
 from trainer.rollout.task import Task
 
 
@@ -63,6 +64,8 @@ def run_grpo(cfg: MasterConfig, train: list[Task], val: list[Task], urls: dict[s
     finally:
         with run.stop.deferred():  # a signal during cleanup must not cut it short (a second one forces exit)
             actors.kill_all(run.comps)
+            if run.generation is not None:
+                run.generation.stop()
             transport.close()
             if not ray_was_up and ray.is_initialized():  # we started (or were starting) it
                 ray.shutdown()
@@ -88,6 +91,7 @@ class _Run:
         (self.log_dir / "config.yaml").write_text(to_yaml(cfg))
         self.ckpt_root = Path(cfg.checkpointing.checkpoint_dir or self.log_dir / "checkpoints")
         self.comps: actors.Components | None = None
+        self.generation: GenerationServer | None = None  # the generation server this run started, if any
         self.logger: MetricsLogger | None = None
         self.bar: Any = None
         self.progress = _Progress()
@@ -106,6 +110,10 @@ class _Run:
         return transport
 
     def launch(self, train: list[Task], val: list[Task], urls: dict[str, Any], transport: WeightTransport) -> None:
+        self.generation = GenerationServer.for_run(self.cfg, self.log_dir)  # backend server without a URL
+        if self.generation is not None:
+            self.stop.on_force(self.generation.kill)
+            self.cfg = self.generation.config  # the generators talk to it
         cfg = self.cfg
         actors.init_ray(cfg)
         self.stop.reinstall()

@@ -32,7 +32,7 @@ from trainer.grpo.weight_sync import WeightTransport
 from trainer.policy import load_policy
 from trainer.rollout.batch import BatchSettings, run_batch
 from trainer.rollout.episode import prompt_ids
-from trainer.rollout.generator import SamplingParams, make_generator
+from trainer.rollout.generator import SamplingParams, backend_class, generator_for_run, make_generator
 from trainer.rollout.sample import Group, Ticket
 from trainer.rollout.scoring import EnvInfo
 from trainer.rollout.task import Task
@@ -43,8 +43,9 @@ class GeneratorWorker:
                  transport: WeightTransport, urls: dict[str, Any] | None = None):
         self.cfg, self.id, self.tasks, self.buffer, self.reward, self.transport = cfg, worker_id, tasks, buffer, reward, transport
         self.envs = EnvInfo(urls or {})  # environment servers: session rollouts talk to them from here
-        self.generator = make_generator(load_policy(cfg, cfg.cluster.torch_threads_per_actor),
-                                        in_flight=cfg.in_flight_updates)
+        device = backend_class(cfg.policy.generation.backend).policy_device(cfg)
+        self.generator = generator_for_run(load_policy(cfg, cfg.cluster.torch_threads_per_actor, device), cfg,
+                                           in_flight=cfg.in_flight_updates)
         self.generator.policy.version = -1  # no weights from the trainer yet: admission waits for the first push
         self.params = SamplingParams.from_config(cfg.policy.generation)
         self._wake = threading.Event()
@@ -75,7 +76,9 @@ class GeneratorWorker:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self.cfg.cluster.control_timeout_s)
-        return self.get_stats()
+        stats = self.get_stats()
+        self.generator.close()  # a generation server is left resumed, with no weight update half done
+        return stats
 
     def get_stats(self) -> dict[str, Any]:
         g = self.generator.stats

@@ -43,7 +43,7 @@ from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY
 from trainer.policy import Policy
 from trainer.responses import (build_response, chat_tools, function_call_output_item, offers_tools, parse_tool_calls,
                                parsed_turn_items, to_chat_messages)
-from trainer.rollout.generator import Generation, SamplingParams, Turns
+from trainer.rollout.generator import Generation, GenerationFailed, SamplingParams, Turns
 from trainer.rollout.sample import PROMPT_TOO_LONG, Sample
 from trainer.rollout.scoring import EnvCalls, failure_reply
 from trainer.rollout.task import Task
@@ -182,7 +182,7 @@ async def run_episode(turns: Turns, env: EnvCalls | None, task: Task, params: Sa
                                                   if _is_json(c["arguments"]) else c["arguments"]}} for c in calls]}] + tool_messages
             episode.add_env_tokens(env_ids)
             prompt = prompt + gen.token_ids + env_ids
-    except EnvClientError as exc:
+    except (EnvClientError, GenerationFailed) as exc:  # an environment or the generation server failed
         episode.response = response()
         episode.reply = failure_reply({**row, "response": episode.response}, exc)
         episode.verified = True

@@ -15,8 +15,14 @@ A :class:`Generator` owns both halves of generation:
 Backends are registered by name in :data:`BACKENDS` (``"module:Class"``) and built with
 :func:`make_generator`; a backend is one module with one class implementing :class:`Generator`,
 constructed as ``Class(policy, in_flight=..., **its own options)``.
-``local`` (trainer.rollout.local_generator) decodes in this process with our own loop
-(trainer.rollout.decode). A generation server speaking vLLM's RL HTTP surface is the next one.
+``local`` (trainer.rollout.local_generator) decodes in this process with the one decode engine
+(servers.model.engine, through trainer.rollout.decode); ``server`` (trainer.rollout.server_generator)
+sends the turns to a generation server speaking vLLM's RL HTTP surface. A run picks one with
+``policy.generation.backend`` (:func:`generator_for_run`).
+
+A turn that cannot be generated for a reason outside the response (a generation server that is
+down, overloaded or silent) raises :class:`GenerationFailed`: the episode ends with its failure
+class and the sample is masked, as an environment failure is.
 """
 
 from __future__ import annotations
@@ -29,13 +35,14 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from trainer.config import GenerationConfig
+    from trainer.config import GenerationConfig, MasterConfig
     from trainer.policy import Policy
 
 WeightLoader = Callable[[], "dict[str, torch.Tensor]"]  # fetches a state dict (e.g. from the weight transport)
 
 BACKENDS: dict[str, str] = {
     "local": "trainer.rollout.local_generator:LocalGenerator",
+    "server": "trainer.rollout.server_generator:ServerGenerator",
 }
 DEFAULT_BACKEND = "local"
 
@@ -73,6 +80,15 @@ class Generation:
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
+
+
+class GenerationFailed(RuntimeError):
+    """A model turn the backend could not generate for a reason outside the response; the episode
+    fails with ``failure_class`` (a :class:`servers.wire.FailureClass` value) and is masked."""
+
+    def __init__(self, message: str, failure_class: str):
+        super().__init__(message)
+        self.failure_class = failure_class
 
 
 class Turns(Protocol):
@@ -123,6 +139,17 @@ class Generator(ABC):
     def close(self) -> None:
         """Release what the backend holds (threads, connections)."""
 
+    @classmethod
+    def options_from_config(cls, cfg: "MasterConfig") -> dict[str, Any]:
+        """The backend's own constructor options from a run config (:func:`generator_for_run`)."""
+        return {}
+
+    @classmethod
+    def policy_device(cls, cfg: "MasterConfig") -> str:
+        """Where a run's generator loads its policy: ``policy.device`` for a backend that decodes with
+        it; a backend that needs only its tokenizer and chat template says ``cpu``."""
+        return cfg.policy.device
+
     async def __aenter__(self) -> "Generator":
         return self
 
@@ -132,12 +159,23 @@ class Generator(ABC):
         await asyncio.to_thread(self.close)
 
 
+def backend_class(backend: str) -> type[Generator]:
+    """The class registered as ``backend`` in :data:`BACKENDS`."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown generation backend {backend!r}; registered: {', '.join(sorted(BACKENDS))}")
+    module, name = BACKENDS[backend].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def make_generator(policy: Policy, backend: str = DEFAULT_BACKEND, *, in_flight: bool = False,
                    **options: Any) -> Generator:
     """The generator of ``backend`` (a :data:`BACKENDS` name) for ``policy``; ``in_flight``: load
     received weights between two decode steps; ``options`` are the backend's own (the local one:
-    ``max_batch``, ``seed``, ``gather_s``, ``on_step``)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown generation backend {backend!r}; registered: {', '.join(sorted(BACKENDS))}")
-    module, name = BACKENDS[backend].split(":")
-    return getattr(importlib.import_module(module), name)(policy, in_flight=in_flight, **options)
+    ``max_batch``, ``seed``, ``gather_s``, ``on_step``; the server one: ``url``, ``timeout_s``, ...)."""
+    return backend_class(backend)(policy, in_flight=in_flight, **options)
+
+
+def generator_for_run(policy: Policy, cfg: "MasterConfig", *, in_flight: bool = False) -> Generator:
+    """The generator a run config asks for: ``policy.generation.backend`` with its own options."""
+    cls = backend_class(cfg.policy.generation.backend)
+    return cls(policy, in_flight=in_flight, **cls.options_from_config(cfg))

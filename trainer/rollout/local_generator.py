@@ -105,9 +105,9 @@ class LocalGenerator(Generator):
 class LockstepGenerator:
     """Model turns of concurrent episodes decoded in deterministic batches (the module docstring).
 
-    ``decode(prompts, params)`` decodes one batch (blocking; run on a worker thread). Each episode
-    takes its turns through ``for_episode(i)``; :meth:`finished` tells the batcher an episode
-    will ask for no more turns."""
+    ``decode(prompts, params)`` decodes one batch (blocking; run on a worker thread); a row whose
+    result is an exception fails that episode's turn alone. Each episode takes its turns through
+    ``for_episode(i)``; :meth:`finished` tells the batcher an episode will ask for no more turns."""
 
     def __init__(self, policy: Any, decode: Callable[[list[list[int]], list[Any]], list[Any]], live: int,
                  max_batch: int):
@@ -144,7 +144,10 @@ class LockstepGenerator:
                         c[3].set_exception(exc)
                     continue
                 for c, res in zip(chunk, results):
-                    c[3].set_result(res)
+                    if isinstance(res, BaseException):
+                        c[3].set_exception(res)
+                    else:
+                        c[3].set_result(res)
         finally:
             self._task = None
         await asyncio.sleep(0)  # let the episodes take their results before the next batch is formed
