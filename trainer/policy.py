@@ -13,7 +13,7 @@ Two ways to get one (``policy.model_name``):
 loop, the logprobs and the loss build their tensors on the parameters' device.
 
 ``Policy.version`` is the integer the GRPO engine bumps on every weight update; the decode
-loop in :mod:`trainer.rollout.decode` stamps each sampled token with the version that was
+engine (:mod:`trainer.rollout.decode`) stamps each sampled token with the version that was
 current when the token's forward pass ran.
 """
 
@@ -77,6 +77,7 @@ class Policy:
         # Held by the decode loop for one forward step and by whoever swaps weights, so a
         # step never runs on half-loaded weights.
         self.weights_lock = threading.RLock()
+        self.decode_engine: Any = None  # servers.model.engine.DecodeEngine on this model (trainer.rollout.decode)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 

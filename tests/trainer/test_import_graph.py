@@ -117,9 +117,11 @@ def test_the_trainer_imports_no_environment():
 def test_the_trainer_imports_only_the_client_wire_models_and_model_presets_of_servers():
     # the model package: its presets and how a model source is found (envs model serve reads the same);
     # kv_cache: a model forward's cache argument, shared by the decode engine, the in-process decode and
-    # the logprob pass; process_budget: the per-user process limit check, shared by envs serve and driver run
+    # the logprob pass; process_budget: the per-user process limit check, shared by envs serve and driver run;
+    # engine + sampling: the one decode engine, which the in-process backend runs on the policy's model;
+    # rl_client: the client of a generation server speaking vLLM's RL surface (the server backend)
     allowed = ("servers.client", "servers.wire", "servers.model.tiny", "servers.model.loading", "servers.model.kv_cache",
-               "servers.process_budget")
+               "servers.process_budget", "servers.model.engine", "servers.model.sampling", "servers.model.rl_client")
     assert not _offenders("trainer", lambda _, m: (_under(m, "servers") and not _under(m, *allowed) and m != "servers")
                           or _under(m, "sandboxes"))
 
@@ -136,5 +138,5 @@ def test_the_rollout_wing_stands_below_the_engine_and_the_commands():
 
 
 def test_the_engine_generates_only_through_the_generator_interface():
-    backends = ("trainer.rollout.local_generator", "trainer.rollout.decode")
+    backends = ("trainer.rollout.local_generator", "trainer.rollout.decode", "trainer.rollout.server_generator")
     assert not _offenders("trainer", lambda name, m: _under(name, "trainer.grpo") and _under(m, *backends))
