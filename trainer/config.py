@@ -141,8 +141,10 @@ class GenerationConfig(_Section):
             raise ValueError(f"{value!r} is NeMo-RL's generation backend (run NeMo-RL stage presets with --backend "
                              "nemo-rl); the built-in engine takes local or server (server with "
                              "policy.generation.server.url=http://HOST:PORT to generate with a running `vllm serve`)")
-        if value not in ("local", "server"):
-            raise ValueError(f"unknown generation backend {value!r}: use local or server")
+        from trainer.rollout.generator import BACKENDS  # the registered backends are the valid values
+
+        if value not in BACKENDS:
+            raise ValueError(f"unknown generation backend {value!r}: use {' or '.join(sorted(BACKENDS))}")
         return value
 
 

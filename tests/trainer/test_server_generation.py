@@ -63,6 +63,31 @@ def _wait_for_steps(url: str, steps: int, batch: threading.Thread) -> None:
         time.sleep(0.005)
 
 
+def test_every_server_key_reaches_the_server_or_the_client(tmp_path):
+    from trainer.config import ConfigError
+    from trainer.rollout.generation_server import placement
+    from trainer.rollout.server_generator import ServerGenerator
+
+    cfg = _cfg("policy.generation.server.device=cpu", "policy.generation.server.cpu_threads=2",
+               "policy.generation.server.timeout_s=7", f"policy.generation.server.weights_dir={tmp_path}",
+               "policy.generation_batch_size=3", "grpo.num_generations_per_prompt=4")
+    argv = GenerationServer(cfg, tmp_path).argv()
+    flags = dict(zip(argv, argv[1:]))  # each flag -> the word after it
+    assert flags["--device"] == "cpu" and flags["--cpu-threads"] == "2" and flags["--max-batch-size"] == "12"
+    assert flags["--dtype"] == "float32" and json.loads(flags["--weight-transfer-config"]) == {"backend": "disk"}
+    assert "started on loopback, --device cpu" in placement(cfg)
+    with pytest.raises(ValueError, match="driver fills it in"):
+        ServerGenerator.options_from_config(cfg)
+    cfg.policy.generation.server.url = "http://127.0.0.1:9"
+    assert ServerGenerator.options_from_config(cfg) == {"url": "http://127.0.0.1:9", "timeout_s": 7.0,
+                                                        "weights_dir": str(tmp_path), "max_batch": 12}
+    assert "on the server at http://127.0.0.1:9 (backend server, not started here)" in placement(cfg)
+    with pytest.raises(ConfigError, match="num_generation_workers=1"):
+        _cfg("cluster.num_generation_workers=2")
+    with pytest.raises(ConfigError, match="policy.generation.server.device"):
+        _cfg("policy.generation.server.device=gpu0")
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     cfg = _cfg()
