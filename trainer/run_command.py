@@ -16,7 +16,7 @@ from typing import Any
 from trainer.blends import BlendError
 from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
 from trainer.data_prep import DataPrepError
-from trainer.rollout.generation_server import placement
+from trainer.rollout.generation_server import GenerationServerError, placement
 from trainer.rollout.task import MANIFEST, Routes, Task, TaskError, agent_name, make_tasks, routes_of
 
 
@@ -289,6 +289,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 fleet.start()
                 urls = fleet.urls
             result = run_grpo(cfg, train, val, urls, resume=not args.no_resume, stop=stop)
+        except GenerationServerError as exc:  # the generation server this run starts did not come up
+            print(f"driver run: {exc}", file=sys.stderr)
+            return 1
         except KeyboardInterrupt as raised:  # RunInterrupted from our handler (or a library's own re-raise)
             exc = as_run_interrupted(raised, stop)
             if fleet is not None:
