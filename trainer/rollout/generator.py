@@ -28,6 +28,7 @@ class and the sample is masked, as an environment failure is.
 from __future__ import annotations
 
 import importlib
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -80,6 +81,24 @@ class Generation:
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
+
+
+class WeightInbox:
+    """The newest (version, loader) a generator was handed and has not loaded yet; any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._item: tuple[int, WeightLoader] | None = None
+
+    def put(self, version: int, load: WeightLoader) -> None:
+        with self._lock:
+            if self._item is None or version > self._item[0]:
+                self._item = (version, load)
+
+    def take(self) -> tuple[int, WeightLoader] | None:
+        with self._lock:
+            item, self._item = self._item, None
+        return item
 
 
 class GenerationFailed(RuntimeError):

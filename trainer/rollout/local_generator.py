@@ -33,7 +33,7 @@ import torch
 
 from trainer.policy import Policy
 from trainer.rollout.decode import OnStep, decode_batch
-from trainer.rollout.generator import Generation, Generator, SamplingParams, WeightLoader
+from trainer.rollout.generator import Generation, Generator, SamplingParams, WeightInbox, WeightLoader
 
 
 class LocalGenerator(Generator):
@@ -42,8 +42,7 @@ class LocalGenerator(Generator):
         self.policy, self.in_flight, self.max_batch, self.on_step = policy, in_flight, max_batch, on_step
         self.stats: dict[str, float] = {"batches": 0, "sequences": 0, "generated_tokens": 0, "decode_s": 0.0,
                                         "weight_updates": 0, "in_flight_updates": 0, "weight_load_seconds": 0.0}
-        self._received: tuple[int, WeightLoader] | None = None
-        self._lock = threading.Lock()
+        self._received = WeightInbox()
         self._stream = _Stream(self, policy.make_rng(seed), gather_s)
 
     # ---- weights ------------------------------------------------------------------------
@@ -52,16 +51,13 @@ class LocalGenerator(Generator):
         return self.policy.version
 
     def receive_weights(self, version: int, load: WeightLoader) -> None:
-        with self._lock:
-            if self._received is None or version > self._received[0]:
-                self._received = (version, load)
+        self._received.put(version, load)
 
     def load_received_weights(self) -> None:
         self._load(in_flight=False)
 
     def _load(self, in_flight: bool) -> None:
-        with self._lock:
-            received, self._received = self._received, None
+        received = self._received.take()
         if received is None or received[0] <= self.policy.version:
             return
         t0 = time.perf_counter()

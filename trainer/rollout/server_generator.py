@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any, Coroutine, TypeVar
 
 from servers.model.rl_client import Completion, GenerationClient, GenerationServerError
 from trainer.policy import Policy
-from trainer.rollout.generator import Generation, GenerationFailed, Generator, SamplingParams, WeightLoader
+from trainer.rollout.generator import (Generation, GenerationFailed, Generator, SamplingParams, WeightInbox,
+                                      WeightLoader)
 from trainer.rollout.local_generator import LockstepGenerator
 
 if TYPE_CHECKING:
@@ -75,9 +76,8 @@ class ServerGenerator(Generator):
         self._stop_ids = sorted(policy.stop_token_ids)
         # tied weights once, under their first name: what the server's parameters are called
         self._names = [name for name, _ in policy.model.named_parameters()]
-        self._received: tuple[int, WeightLoader] | None = None
+        self._received = WeightInbox()
         self._push_error: BaseException | None = None
-        self._lock = threading.Lock()
         self._requests_in_flight = 0
         self._transfer_ready = False
         # One event loop of our own (HTTP session, pushes): turns come from a lockstep batch's worker
@@ -125,9 +125,7 @@ class ServerGenerator(Generator):
         return self.policy.version
 
     def receive_weights(self, version: int, load: WeightLoader) -> None:
-        with self._lock:
-            if self._received is None or version > self._received[0]:
-                self._received = (version, load)
+        self._received.put(version, load)
         if self.in_flight:
             asyncio.run_coroutine_threadsafe(self._push_kept(), self._loop)
 
@@ -151,8 +149,7 @@ class ServerGenerator(Generator):
         """Push the newest weights received, if newer than the server's: pause (keep) -> the four
         weight-transfer calls -> resume."""
         async with self._push_lock:
-            with self._lock:
-                received, self._received = self._received, None
+            received = self._received.take()
             if received is None or received[0] <= self.policy.version or self._push_error is not None:
                 return
             version, load = received
