@@ -99,6 +99,16 @@ def _adversarial(r: dict[str, Any]) -> str:
     return text + f"; a guarded judge prompt (2 KB response) {min(added):.0f}-{max(added):.0f} µs more than verbatim"
 
 
+def _gpu_decode(r: dict[str, Any]) -> str:
+    server, engine = r["server"], r["engine"]
+    train = r.get("train_step", {})
+    mfu = f", MFU {train['mfu']:.0%}" if train.get("mfu") else ""
+    return (f"{n(server['tokens_s'])} tokens/s through `envs model serve` ({server['fraction_of_limit']:.1%} of the "
+            f"{n(r['bandwidth_limit_tokens_s'])} bandwidth limit), {n(engine['tokens_s'])} in process "
+            f"({engine['decode']}); `generate` {n(r['generate']['tokens_s'])}; train step "
+            f"{n(train.get('tokens_s', 0))} tokens/s{mfu}")
+
+
 def _spread(s: dict[str, float]) -> str:
     return f"{s['mean']:.2f} ± {s['std']:.2f}"
 
@@ -160,6 +170,10 @@ FIGURES = (
            "< 10%"),
     Figure("adversarial", "reward-gaming attacks (`tests/adversarial/`) and the hardening's cost", _adversarial,
            "every attack refused, every control scoring; CPU ≤ 1.10× main"),
+    Figure("gpu_decode_qwen2_5-0_5b", "decode engine on a GPU, Qwen2.5-0.5B geometry, 128 rows × 256 new tokens",
+           _gpu_decode, "≥ 50,000 tokens/s through the server"),
+    Figure("gpu_decode_qwen2_5-1_5b", "decode engine on a GPU, Qwen2.5-1.5B geometry, 256 rows × 256 new tokens",
+           _gpu_decode, "≥ 10× the old loop (3,300–8,700, issue 28)"),
     Figure("tiny_learning", "`driver run --blend tiny`, several seeds", _tiny, "every seed +0.25, every env rising"),
     Figure("tiny_tools_learning", "`driver run --blend tiny_tools -c tiny_tools`", _tiny_tools, "rising on every seed"),
     Figure("dpo_hallucination", "DPO against tool hallucination", _dpo, "rate falls"),
@@ -174,7 +188,9 @@ def load(record: str) -> dict[str, Any] | None:
 def _where(rec: dict[str, Any]) -> str:
     m = rec["machine"]
     gpu = f", {m['gpu']}" if m.get("gpu") else ", no GPU"
-    return f"{rec['date']}; {m['cpus']} CPUs, {m['memory_gib']:g} GiB{gpu}; load {m['load_average_before'][0]:g}"
+    load = m["load_average_before"][0]
+    load_text = f"load {load:g}" if load is not None else "load not recorded (a lent machine, used alone)"
+    return f"{rec['date']}; {m['cpus']} CPUs, {m['memory_gib']:g} GiB{gpu}; {load_text}"
 
 
 def table() -> str:
