@@ -232,3 +232,47 @@ def test_retry_policy_run_counts_retries_and_stops_when_the_result_stands():
     assert asyncio.run(RetryPolicy(5, backoff_s=0.0).run(attempt)) == (3, 2)
     calls.clear()
     assert asyncio.run(RetryPolicy(1, backoff_s=0.0).run(attempt)) == (2, 1)  # out of retries: the failure stands
+
+
+# ---- the map a newcomer reads ----------------------------------------------------------------------
+
+def _doc_names_today(text: str) -> str:
+    """The doc without the "was" column of its what-moved-where table (names that no longer exist)
+    and without its ```python examples (a backend that does not exist)."""
+    lines, example = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            example = line == "```python"
+            continue
+        if example:
+            continue
+        cells = line.split("|")
+        lines.append(cells[2] if line.startswith("| `") and len(cells) > 3 else line)
+    return "\n".join(lines)
+
+
+def test_the_rollout_doc_names_only_files_and_functions_that_exist():
+    import importlib
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    text = _doc_names_today((root / "docs" / "trainer-rollout.md").read_text())
+    paths = set(re.findall(r"(?<![\w/])((?:trainer|servers)/[\w/]+\.py)\b", text))
+    assert paths and not [p for p in sorted(paths) if not (root / p).is_file()]
+    # `module.Name` / `module.Name.attr` where module is a file of the rollout wing or the engine
+    modules = {p.stem: f"trainer.{p.parent.name}.{p.stem}" for d in ("rollout", "grpo")
+               for p in (root / "trainer" / d).glob("*.py") if p.stem != "__init__"}
+    modules.update(policy="trainer.policy", logprobs="trainer.logprobs")
+    dotted = {m for m in re.findall(r"`(\w+(?:\.\w+)+)", text) if m.split(".")[0] in modules and not m.endswith(".py")}
+    missing = []
+    for name in sorted(dotted):
+        head, *attrs = name.split(".")
+        obj = importlib.import_module(modules[head])
+        for attr in attrs:
+            obj = getattr(obj, attr, None)
+        if obj is None:
+            missing.append(name)
+    assert len(dotted) >= 5 and not missing, missing
+    # each step's file of the rollout diagram is one of the wing's files, and every wing file is named
+    wing = {f"trainer/rollout/{p.name}" for p in (root / "trainer" / "rollout").glob("*.py") if p.stem != "__init__"}
+    assert wing <= paths
