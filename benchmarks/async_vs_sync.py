@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer.grpo.synthetic import AGENT, arithmetic_rows  # noqa: E402
+from trainer.grpo.synthetic import arithmetic_tasks  # noqa: E402
 from trainer.config import load_config  # noqa: E402
 from trainer.fleet import Fleet  # noqa: E402
 from trainer.grpo.engine import run_grpo  # noqa: E402
@@ -26,7 +26,7 @@ def run(mode_overrides: list[str], args: argparse.Namespace, urls: dict, tmp: Pa
                                "grpo.num_generations_per_prompt=8", "grpo.val_period=0", "grpo.val_at_start=false",
                                "grpo.val_at_end=false", "policy.warm_start.num_steps=20", f"grpo.seed={args.seed}",
                                f"policy.generation.max_new_tokens={args.max_new_tokens}", *mode_overrides])
-    res = run_grpo(cfg, arithmetic_rows(400, args.seed), [], urls, {AGENT: "math"}, resume=False)
+    res = run_grpo(cfg, arithmetic_tasks(400, args.seed), [], urls, resume=False)
     s = res.summary
     s["rollouts_per_s"] = args.steps * cfg.rollout_batch_size / s["loop_seconds"]
     return s

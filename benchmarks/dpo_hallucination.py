@@ -42,7 +42,7 @@ from trainer.dpo.hallucination_eval import generate_tool_responses, hallucinatio
 from trainer.dpo.preference_data import pairs_from_rollouts, write_pairs  # noqa: E402
 from trainer.dpo.synthetic_tools import tool_rows, warm_start_examples  # noqa: E402
 from trainer.dpo.train import run_dpo  # noqa: E402
-from trainer.generation import SamplingParams  # noqa: E402
+from trainer.rollout.generator import SamplingParams  # noqa: E402
 from trainer.grpo.warm_start import train_supervised  # noqa: E402
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig  # noqa: E402
 

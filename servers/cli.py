@@ -195,14 +195,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # ---- new ---------------------------------------------------------------------------------
 def cmd_new(args: argparse.Namespace) -> int:
+    from servers import registry
     from servers.scaffold import ScaffoldError, scaffold
 
-    if args.dir is None:
-        import environments
-
-        root = Path(list(environments.__path__)[0])
-    else:
-        root = args.dir
+    root = registry.builtin_root() if args.dir is None else args.dir
     try:
         folder = scaffold(args.name, root, domain=args.domain)
     except ScaffoldError as exc:

@@ -32,9 +32,10 @@ from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, SESSION_COOKIE, 
 
 class EnvClientError(RuntimeError):
     def __init__(self, message: str, *, status: int | None = None, body: Any = None,
-                 failure_class: FailureClass | None = None):
+                 failure_class: FailureClass | None = None, retry_after: float | None = None):
         super().__init__(message)
         self.status, self.body, self.failure_class = status, body, failure_class
+        self.retry_after = retry_after  # seconds a 503 asked the caller to wait before trying again
 
 
 @dataclass
@@ -128,7 +129,7 @@ class EnvClient:
                 if status != 503:
                     return status, payload, cookies
                 last: EnvClientError = EnvClientError(f"{replica.url}{path}: 503 overloaded", status=503, body=payload,
-                                                      failure_class=FailureClass.OVERLOADED)
+                                                      failure_class=FailureClass.OVERLOADED, retry_after=retry_after)
             except (aiohttp.ClientConnectionError, asyncio.TimeoutError, ConnectionError) as exc:
                 last = EnvClientError(f"{replica.url}{path}: {type(exc).__name__}: {exc}",
                                       failure_class=FailureClass.CONNECTION_ERROR)

@@ -17,16 +17,11 @@ preload imported once, a replacement ready in milliseconds), else each is a fres
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
-import pickle
-import resource
 import socket
 import subprocess
 import sys
 import threading
-import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, Callable
@@ -72,38 +67,6 @@ class CpuTaskError(RuntimeError):
     """The function raised inside the worker; the message carries the worker's traceback."""
 
 
-def _worker_main(conn: Connection, preload: tuple[str, ...], memory_mb: int) -> None:
-    if memory_mb > 0:
-        limit = memory_mb * 1024 * 1024
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        except (ValueError, OSError):
-            pass
-    for module in preload:
-        importlib.import_module(module)
-    # Each message carries the worker's CPU time once it is idle again: the parent's baseline for
-    # telling, at a deadline, how much CPU the call itself used (CpuTimeout.cpu_s).
-    conn.send(("ready", os.getpid(), time.process_time()))
-    while True:
-        try:
-            raw = conn.recv_bytes()
-        except (EOFError, OSError):
-            return
-        try:
-            fn, args = pickle.loads(raw)  # inside the try: an unpicklable task is an error, not a dead worker
-            result = fn(*args)
-            conn.send(("ok", result, time.process_time()))
-        except MemoryError:
-            conn.send(("err", "MemoryError: the scoring function exceeded the worker memory limit", time.process_time()))
-        except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
-            conn.send(("err", "".join(traceback.format_exception(exc))[-4000:], time.process_time()))
-
-
-def _child_entry() -> None:
-    fd, memory_mb, preload = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    _worker_main(Connection(fd), tuple(filter(None, preload.split(","))), memory_mb)
-
-
 class _Worker:
     def __init__(self, preload: tuple[str, ...], memory_mb: int):
         self._preload, self._memory_mb = preload, memory_mb
@@ -125,7 +88,7 @@ class _Worker:
         # caller's __main__ (which breaks under stdin scripts and notebooks), nothing copied
         # from a process that holds an event loop and threads.
         parent_sock, child_sock = socket.socketpair()
-        cmd = [sys.executable, "-c", "from servers.cpu_pool import _child_entry; _child_entry()",
+        cmd = [sys.executable, "-c", "from servers.cpu_worker import child_entry; child_entry()",
                str(child_sock.fileno()), str(self._memory_mb), ",".join(self._preload)]
         self.process = subprocess.Popen(cmd, pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL,
                                         start_new_session=True)

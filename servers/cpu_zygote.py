@@ -27,6 +27,8 @@ import socket
 import struct
 from multiprocessing.connection import Connection
 
+from servers.cpu_worker import worker_main
+
 _PR_SET_PDEATHSIG = 1
 _REQUEST = struct.Struct("q")  # the worker's memory limit in MB
 
@@ -113,8 +115,6 @@ def current() -> Zygote | None:
 
 
 def _zygote_main(sock: socket.socket, preload: tuple[str, ...], parent: int) -> int:
-    from servers.cpu_pool import _worker_main
-
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
@@ -143,7 +143,7 @@ def _zygote_main(sock: socket.socket, preload: tuple[str, ...], parent: int) -> 
                 os.setsid()  # like the fresh-interpreter workers: no terminal signals
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                _worker_main(Connection(fds[0]), extra, memory_mb)
+                worker_main(Connection(fds[0]), extra, memory_mb)
                 code = 0
             finally:
                 os._exit(code)

@@ -65,6 +65,14 @@ class EnvEntry:
         return cls
 
 
+def builtin_root() -> Path:
+    """The folder of the built-in ``environments`` package (found, not imported)."""
+    spec = importlib.util.find_spec("environments")
+    if not spec or not spec.submodule_search_locations:
+        raise ImportError("the environments package is not installed next to servers/")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
 def _roots() -> list[tuple[Path, str | None]]:
     """(folder, package prefix) pairs to scan. Extra roots are imported by file path."""
     spec = importlib.util.find_spec("environments")

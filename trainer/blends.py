@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from servers.config_loader import did_you_mean
 from trainer.reasoning_control import ReasoningControl
+from trainer.rollout.task import Routes
 
 BLENDS_DIR = Path(__file__).resolve().parent.parent / "blends"
 
@@ -147,30 +148,17 @@ class Blend(_Strict):
     def agents(self) -> dict[str, str]:
         """Agent name -> environment: what the installed environments declare (their
         ``agent_names``, read through :mod:`trainer.env_catalog`), this blend's ``agent_map`` on top."""
-        return self.routes_with()
+        return dict(self.routes().agents)
 
-    def routes_with(self, routes: Mapping[str, str] | None = None) -> dict[str, str]:
-        """:attr:`agents` from given environment routes (e.g. a served fleet's ``/info``)."""
-        if routes is None:
+    def routes(self, declared: Mapping[str, str] | None = None) -> Routes:
+        """This blend's routes (:class:`trainer.rollout.task.Routes`, the one routing rule) over the
+        agent names environments declare: ``declared`` (e.g. a served fleet's ``/info``), else the
+        installed environments'."""
+        if declared is None:
             from trainer.env_catalog import installed
 
-            routes = installed().routes()
-        return {**routes, **self.agent_map}
-
-    def env_for(self, row: dict[str, Any], routes: Mapping[str, str] | None = None) -> str | None:
-        """Our environment name for a row: its ``agent_ref.name`` through :meth:`agents` (an
-        agent name nothing declares maps to itself, and then fails as an unknown environment)."""
-        ref = row.get("agent_ref")
-        name = ref.get("name") if isinstance(ref, dict) else None
-        if name is None:
-            return self.default_env
-        if name in self.agent_map:
-            return self.agent_map[name]
-        if routes is None:
-            from trainer.env_catalog import installed
-
-            routes = installed().routes()
-        return routes.get(name, name)
+            declared = installed().routes()
+        return Routes({**declared, **self.agent_map}, self.default_env)
 
 
 def _closest_key_errors(exc: ValidationError) -> str:

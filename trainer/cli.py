@@ -98,8 +98,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from servers.model.loading import ModelLoadError, resolve_source
     from trainer.blends import BlendError, load_blend
     from trainer.data_prep import DataPrepError, prep_blend
-    from trainer.generation import SamplingParams
-    from trainer.rollout import RolloutSettings, format_summary, read_rollouts
+    from trainer.rollout.collect import RolloutSettings, format_summary, read_rollouts
+    from trainer.rollout.generator import SamplingParams
+    from trainer.rollout.task import TaskError, make_tasks, routes_of
 
     try:
         args.model = resolve_source(args.model)  # a checkpoint root or its `latest` -> the step (as envs model serve)
@@ -121,16 +122,17 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not rows:
         print(f"driver rollout: {split_file} has no rows", file=sys.stderr)
         return 1
-    missing_env = [i for i, r in enumerate(rows, 1) if blend.env_for(r) is None]
-    if missing_env:
-        raise UsageError(f"{split_file}: rows {missing_env[:10]} route to no environment (no agent_ref)")
+    try:  # the routes data prep wrote beside the split; a file of its own is routed as data prep would
+        tasks = make_tasks(rows, routes_of(split_file.parent, blend.default_env) or blend.routes())
+    except TaskError as exc:
+        raise UsageError(f"{split_file}: {exc}") from None
     output = Path(args.output) if args.output else Path("runs") / f"rollouts_{blend.name}_{args.split}.jsonl"
     settings = RolloutSettings(
         num_generations=args.num_generations, max_steps=args.max_steps, concurrency=args.concurrency,
         pass_threshold=args.pass_threshold,
         sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                                 stop=tuple(args.stop or ())))
-    summary = asyncio.run(_rollout(blend, rows, settings, output, args))
+    summary = asyncio.run(_rollout(tasks, settings, output, args))
     print(format_summary(summary))
     from trainer.curriculum import pass_rates, pass_rates_path, write_pass_rates
 
@@ -148,30 +150,31 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _rollout(blend: Any, rows: list[dict[str, Any]], settings: Any, output: Path, args: argparse.Namespace) -> Any:
-    from servers.client import EnvClient
-    from trainer.fleet import Fleet, fetch_info
-    from trainer.generation import BatchedGenerator
+async def _rollout(tasks: list[Any], settings: Any, output: Path, args: argparse.Namespace) -> Any:
+    from trainer.fleet import Fleet
     from trainer.policy import Policy, PolicyConfig
-    from trainer.rollout import collect
+    from trainer.rollout.collect import collect
+    from trainer.rollout.generator import make_generator
+    from trainer.rollout.scoring import EnvCalls, EnvInfo, RetryPolicy
 
     import torch
 
     torch.set_num_threads(max(1, args.threads))
     given = _parse_urls(args.env_url or [])
-    needed = sorted({blend.env_for(r) for r in rows})
+    needed = sorted({t.env for t in tasks})
     to_start = [env for env in needed if env not in given]
     print(f"environments: {', '.join(needed)}" + (f" (starting {', '.join(to_start)})" if to_start else ""))
     fleet = Fleet(to_start)
     await asyncio.to_thread(fleet.start)
     try:
-        urls = {**given, **fleet.urls}
-        stateful = {env: bool(fetch_info(urls[env]).get("stateful")) for env in needed}
+        urls = {e: {**given, **fleet.urls}[e] for e in needed}
+        info = EnvInfo(urls)
+        stateful = {env: await asyncio.to_thread(info.stateful, env) for env in needed}
         policy = await asyncio.to_thread(Policy.load, PolicyConfig(model_name=args.model, seed=args.seed))
-        async with EnvClient({e: urls[e] for e in needed}, retries=args.retries, timeout_s=args.timeout) as client, \
-                BatchedGenerator(policy, max_batch=args.batch_size, seed=args.seed) as generator:
-            return await collect(rows, route=blend.env_for, client=client, generator=generator, stateful=stateful,
-                                 settings=settings, output=output)
+        async with EnvCalls(urls, retry=RetryPolicy(args.retries), timeout_s=args.timeout) as env, \
+                make_generator(policy, max_batch=args.batch_size, seed=args.seed) as generator:
+            return await collect(tasks, env=env, generator=generator, stateful=stateful, settings=settings,
+                                 output=output)
     finally:
         await asyncio.to_thread(fleet.stop)
 
@@ -236,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "rollouts: a clean call chosen, a hallucinated tool or arguments outside "
                                                   "the schema rejected, same prompt (`driver dpo` trains on them)")
     p.add_argument("--max-pairs-per-prompt", type=int, default=4, help="with --pairs: at most this many per prompt")
-    p.add_argument("--retries", type=int, default=3, help="client retries on 503/connection errors before failing")
+    p.add_argument("--retries", type=int, default=3,
+                   help="tries again on a failed server call (503, connection error, a failure-classed verify reply) "
+                        "before recording the rollout as failed")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per server call")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1: on a small shared CPU more threads oversubscribe and "

@@ -9,7 +9,7 @@ Keys that NeMo-RL does not have are ours and are marked ``# verigym`` below. NeM
 built-in engine does not act on are not here, so setting one is an error that says so (and
 points at ``--backend nemo-rl``) rather than a setting silently ignored: the async keys
 ``max_generation_failures`` and ``recompute_kv_cache_after_weight_updates``,
-``policy.generation.backend`` and ``top_k``, ``data.max_input_seq_length``,
+``policy.generation.top_k``, ``data.max_input_seq_length``,
 ``logger.num_val_samples_to_print``, ``cluster.gpus_per_node`` and ``cluster.num_nodes`` (the
 engine runs on one machine: CPU, or its one GPU when present).
 """
@@ -107,12 +107,45 @@ class OptimizerConfig(_Section):
     kwargs: dict[str, Any] = Field(default_factory=lambda: {"lr": 3e-3, "weight_decay": 0.0, "betas": [0.9, 0.99]})
 
 
+class GenerationServerConfig(_Section):  # verigym: policy.generation.backend=server (docs/model-server.md)
+    # a generation server speaking vLLM's RL surface (`vllm serve` in dev mode with --weight-transfer-config
+    # '{"backend": "disk"}', or `envs model serve --weight-transfer-config ...`); null = the driver starts
+    # `envs model serve` on loopback for the run
+    url: str | None = None
+    # the started server's device: auto = policy.device's; cpu, cuda, cuda:N (another GPU than the trainer's)
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    # the started server's torch CPU threads (--cpu-threads; 0 = torch's choice). On a shared CPU, threads
+    # spinning against the trainer's cost more than they give (about 240 ms per tiny step)
+    cpu_threads: int = Field(1, ge=0)
+    timeout_s: float = Field(300.0, gt=0)  # one completion or control call; no answer = a failure-classed sample
+    # where weight pushes are written for the server to read (vLLM's disk backend; the server must see the
+    # folder): null = /dev/shm when present (a memory copy), else the system temp dir
+    weights_dir: str | None = None
+
+
 class GenerationConfig(_Section):
     max_new_tokens: int = Field(12, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     val_temperature: float | None = None  # None = greedy validation
     stop_strings: list[str] | None = None
+    # verigym: where the engine's generators decode: local (in their own process) or server (through a
+    # generation server, policy.generation.server). NeMo-RL's key; its values vllm/megatron are its own.
+    backend: str = "local"
+    server: GenerationServerConfig = Field(default_factory=GenerationServerConfig)
+
+    @field_validator("backend")
+    @classmethod
+    def _check_backend(cls, value: str) -> str:
+        if value in ("vllm", "megatron"):
+            raise ValueError(f"{value!r} is NeMo-RL's generation backend (run NeMo-RL stage presets with --backend "
+                             "nemo-rl); the built-in engine takes local or server (server with "
+                             "policy.generation.server.url=http://HOST:PORT to generate with a running `vllm serve`)")
+        from trainer.rollout.generator import BACKENDS  # the registered backends are the valid values
+
+        if value not in BACKENDS:
+            raise ValueError(f"unknown generation backend {value!r}: use {' or '.join(sorted(BACKENDS))}")
+        return value
 
 
 class WarmStartConfig(_Section):  # verigym: supervised warm start on gold answers before RL
@@ -299,6 +332,10 @@ class MasterConfig(_Section):
             # NeMo-RL asserts exactly one optimizer step per GRPO step here (grpo.py ~L699)
             raise ValueError("loss_fn.force_on_policy_ratio=true needs policy.train_global_batch_size == "
                              f"num_prompts_per_step*num_generations_per_prompt ({rollout})")
+        if p.generation.backend == "server" and self.cluster.num_generation_workers != 1:
+            # one generator pushes the weights; the server batches whatever its requests hold
+            raise ValueError("policy.generation.backend=server takes cluster.num_generation_workers=1 (the server "
+                             "batches the requests; raise policy.generation_batch_size for more rows at once)")
         return self
 
     # ---- derived geometry -------------------------------------------------------------

@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -41,7 +41,8 @@ from trainer.placeholders import PLACEHOLDER_KEY, PlaceholderError, PlaceholderS
 from trainer.progress import progress
 from trainer.reasoning_control import apply_reasoning_control
 
-PREP_VERSION = 2  # 2: rows validated by the environment's own row model (envs validate), routes in the manifest
+PREP_VERSION = 3  # 2: rows validated by the environment's own row model (envs validate), routes in the manifest;
+# 3: the manifest's routes include default_env (the trainer builds its tasks from them)
 VALIDATE_CHUNK = 20_000  # rows per `envs validate` call: one child process each, a progress step each
 
 
@@ -186,17 +187,17 @@ class RowValidator:
     def __init__(self, blend: Blend, catalog: EnvCatalog | None = None):
         self.blend = blend
         self.catalog = catalog if catalog is not None else env_catalog.installed()
-        self.routes = blend.routes_with(self.catalog.routes())
+        self.routes = blend.routes(self.catalog.routes())
 
     def route(self, row: dict[str, Any]) -> str | None:
-        return self.blend.env_for(row, self.routes)
+        return self.routes.env_for(row)
 
     def _precheck(self, row: dict[str, Any]) -> str | None:
         if PLACEHOLDER_KEY in row:
             return f"unresolved {PLACEHOLDER_KEY} row (dataset {row.get('dataset')!r}): set placeholders.resolve"
         env = self.route(row)
         if env is None:
-            return "no agent_ref.name and the blend sets no default_env"
+            return "no agent_ref.name (nor env field) and the blend sets no default_env"
         if env not in self.catalog.described:
             agent = (row.get("agent_ref") or {}).get("name")
             return (f"agent_ref.name {agent!r} routes to environment {env!r}, which is not installed "
@@ -258,20 +259,21 @@ def apply_curriculum(rows: list[Loaded], blend: Blend) -> tuple[list[Loaded], in
     return rows, dropped
 
 
-def apply_weights(rows: list[Loaded], blend: Blend, seed: int = 0) -> list[Loaded]:
+def apply_weights(rows: list[Loaded], blend: Blend, route: Callable[[dict[str, Any]], str | None],
+                  seed: int = 0) -> list[Loaded]:
     """Per-environment multipliers: w<1 keeps a deterministic w-fraction, w>1 repeats rows."""
     if not blend.weights:
         return rows
     rng = random.Random(seed)
     out: list[Loaded] = []
     for r in rows:
-        w = blend.weights.get(blend.env_for(r.row) or "", 1.0)
+        w = blend.weights.get(route(r.row) or "", 1.0)
         copies = int(w) + (1 if rng.random() < w - int(w) else 0)
         out += [r] * copies
     return out
 
 
-def apply_low_effort(rows: list[Loaded], blend: Blend) -> int:
+def apply_low_effort(rows: list[Loaded], blend: Blend, route: Callable[[dict[str, Any]], str | None]) -> int:
     """Append ``low_string`` to the last user message of a fraction of eligible rows."""
     cfg = blend.low_effort
     if cfg.fraction <= 0:
@@ -279,7 +281,7 @@ def apply_low_effort(rows: list[Loaded], blend: Blend) -> int:
     rng = random.Random(cfg.seed)
     converted = 0
     for r in rows:
-        if blend.env_for(r.row) not in cfg.envs or rng.random() >= cfg.fraction:
+        if route(r.row) not in cfg.envs or rng.random() >= cfg.fraction:
             continue
         params = dict(r.row["responses_create_params"])
         items = params["input"]
@@ -402,8 +404,8 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
     source_keys = {id(r): row_key(r.row, rate_key) for r in train}
     train, dropped_easy = apply_curriculum(train, blend)
     before_weights = len(train)
-    train = apply_weights(train, blend)
-    low_effort = apply_low_effort(train, blend)
+    train = apply_weights(train, blend, validator.route)
+    low_effort = apply_low_effort(train, blend, validator.route)
     control = apply_reasoning_control(train, blend.reasoning_control, validator.route, get=lambda r: r.row,
                                       put=lambda r, row: setattr(r, "row", row))
     for r in train:  # a rewritten row keeps its source's key, so its pass rate finds it next time
@@ -447,7 +449,7 @@ def prepare(blend: Blend, opts: PrepOptions) -> PrepResult:
                    "low_effort_converted": low_effort, "pass_rates_matched": matched, "reasoning_off": control["reasoning_off"],
                    "reasoning_budget": control["reasoning_budget"], "train_per_env": counts(train), "val_per_env": counts(val),
                    "test_per_env": counts(test)},
-        "agent_map": dict(validator.routes),
+        **validator.routes.to_manifest(),  # agent_map, default_env: the trainer's tasks are routed by them
         "outputs": outputs, "seconds": round(time.perf_counter() - start, 2),
     }
     manifest_path.write_text(json.dumps(manifest, indent=2))

@@ -2,7 +2,7 @@
 and ``prev_logprobs`` are, what DPO sums and what tests compare the decode loop's recorded
 logprobs with.
 
-Convention (trainer.generation's, NeMo-RL's): ``log_softmax(logits / temperature)`` over the
+Convention (the decode loop's, trainer.rollout.decode, and NeMo-RL's): ``log_softmax(logits / temperature)`` over the
 full vocabulary; temperature 0 (greedy) scores at temperature 1. Sequences are right-padded,
 so positions are the plain 0..n-1 the model saw when it generated them.
 
@@ -20,12 +20,13 @@ generated tokens run per sample. Same logprobs and gradients (tested against one
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from trainer.kv_cache import cache_of, with_cache
+from servers.model.kv_cache import cache_of, with_cache
 
 
 class Scored(Protocol):
@@ -41,17 +42,20 @@ def model_device(model: Any) -> torch.device:
 
 def forward_logprobs(model: Any, samples: Sequence[Scored], temperature: float, pad_id: int,
                      with_entropy: bool = False, device: torch.device | str | None = None,
-                     share_prompts: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     share_prompts: bool = True, prompt_of: Sequence[int] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``[B, T]`` logprobs of each sample's generated tokens (0 past a sample's end; T = the
     longest), and with ``with_entropy`` the ``[B, T]`` entropy of the distribution at each of
     those positions. Gradients flow when the caller has them enabled (the loss). Samples with
-    identical prompts share one prompt pass (module doc) unless ``share_prompts`` is False."""
+    identical prompts share one prompt pass (module doc) unless ``share_prompts`` is False.
+    ``prompt_of`` says which samples share a prompt when the caller knows it (a GRPO batch: one
+    id per group, trainer.grpo.advantages.group_ids); without it the prompts are compared."""
     device = torch.device(device) if device is not None else model_device(model)
     T = max(len(s.gen_ids) for s in samples)
     gen = torch.full((len(samples), T), pad_id, dtype=torch.long, device=device)
     for i, s in enumerate(samples):
         gen[i, :len(s.gen_ids)] = torch.tensor(list(s.gen_ids), dtype=torch.long, device=device)
-    prompts, owner = _distinct_prompts(samples)
+    prompts, owner = _distinct_prompts(samples) if prompt_of is None else _shared_prompts(samples, prompt_of)
     sel = None
     if share_prompts and len(prompts) < len(samples) and T > 0:
         sel = _shared_prompt_logits(model, prompts, owner, gen, pad_id, device)
@@ -73,6 +77,19 @@ def _distinct_prompts(samples: Sequence[Scored]) -> tuple[list[list[int]], list[
     index: dict[tuple[int, ...], int] = {}
     owner = [index.setdefault(tuple(s.prompt_ids), len(index)) for s in samples]
     return [list(p) for p in index], owner
+
+
+def _shared_prompts(samples: Sequence[Scored], prompt_of: Sequence[int]) -> tuple[list[list[int]], list[int]]:
+    """The prompts the caller says the samples share, in first-seen order, and each sample's index."""
+    index: dict[int, int] = {}
+    prompts: list[list[int]] = []
+    owner = []
+    for s, key in zip(samples, prompt_of):
+        if key not in index:
+            index[key] = len(prompts)
+            prompts.append(list(s.prompt_ids))
+        owner.append(index[key])
+    return prompts, owner
 
 
 def _full_sequence_logits(model: Any, samples: Sequence[Scored], pad_id: int, T: int, device: torch.device) -> torch.Tensor:
@@ -122,3 +139,23 @@ def _shared_prompt_logits(model: Any, prompts: list[list[int]], owner: list[int]
     rest = model(input_ids=gen[:, :-1], attention_mask=step_att, position_ids=step_pos, use_cache=True,
                  **with_cache(model, cache)).logits  # token t predicts token t + 1
     return torch.cat([first[:, None, :], rest], dim=1)
+
+
+@dataclass
+class _Tokens:
+    prompt_ids: list[int]
+    gen_ids: list[int]
+
+
+def compute_logprobs(model: Any, prompt_ids: list[list[int]] | list[int], gen_ids: list[list[int]] | list[int], *,
+                     temperature: float = 1.0, pad_token_id: int = 0) -> list[torch.Tensor] | torch.Tensor:
+    """Logprobs of ``gen_ids`` given ``prompt_ids`` under ``model``: one sequence (lists of ints ->
+    1-D tensor) or a batch (lists of lists -> one 1-D tensor per sequence, length ``len(gen)``),
+    computed by :func:`forward_logprobs`, the one the loss uses."""
+    single = bool(prompt_ids) and isinstance(prompt_ids[0], int)
+    prompts = [prompt_ids] if single else prompt_ids
+    gens = [gen_ids] if single else gen_ids
+    seqs = [_Tokens(list(p), list(g)) for p, g in zip(prompts, gens)]
+    lp, _ = forward_logprobs(model, seqs, temperature, pad_token_id)
+    out = [lp[i, :len(g)] for i, g in enumerate(gens)]
+    return out[0] if single else out

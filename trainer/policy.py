@@ -13,7 +13,7 @@ Two ways to get one (``policy.model_name``):
 loop, the logprobs and the loss build their tensors on the parameters' device.
 
 ``Policy.version`` is the integer the GRPO engine bumps on every weight update; the decode
-loop in :mod:`trainer.generation` stamps each sampled token with the version that was
+engine (:mod:`trainer.rollout.decode`) stamps each sampled token with the version that was
 current when the token's forward pass ran.
 """
 
@@ -77,6 +77,7 @@ class Policy:
         # Held by the decode loop for one forward step and by whoever swaps weights, so a
         # step never runs on half-loaded weights.
         self.weights_lock = threading.RLock()
+        self.decode_engine: Any = None  # servers.model.engine.DecodeEngine on this model (trainer.rollout.decode)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
@@ -141,3 +142,17 @@ class Policy:
         params = sum(p.numel() for p in self.model.parameters())
         return {"model": self.name, "parameters": params, "layers": getattr(cfg, "num_hidden_layers", None),
                 "hidden": getattr(cfg, "hidden_size", None), "vocab": len(self.tokenizer), "version": self.version}
+
+
+def load_policy(cfg: Any, threads: int | None, device: str | None = None) -> Policy:
+    """The policy a GRPO run (a ``trainer.config.MasterConfig``) trains: ``policy.model_name``,
+    ``precision``, ``device`` (or ``device``), the tiny preset's geometry from ``hf_config_overrides``;
+    torch uses ``threads`` intra-op threads in this process (None: left as it is)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    p = cfg.policy
+    kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision,
+                          "device": device or p.device}
+    if p.model_name == "tiny" and p.hf_config_overrides:
+        kw["tiny"] = TinyModelConfig(**p.hf_config_overrides)
+    return Policy.load(PolicyConfig(**kw))

@@ -121,15 +121,6 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
     return "".join(kept), calls
 
 
-PRIVATE_PREFIX = "_verigym_"  # the trainer's own row keys (routing, ids, tags): never sent to a server
-
-
-def public_row(row: dict[str, Any]) -> dict[str, Any]:
-    """The row as the environment gets it: the trainer's ``_verigym_*`` keys left out (NeMo-Gym's
-    own ``_ng_*`` keys stay)."""
-    return {k: v for k, v in row.items() if not k.startswith(PRIVATE_PREFIX)}
-
-
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
@@ -161,6 +152,13 @@ def turn_items(text: str, *, prompt_ids: list[int], gen_ids: list[int], logprobs
     tokens are recorded exactly once, as NeMo-RL's contiguity check expects). With
     ``parse_tools`` (see :func:`offers_tools`) tool calls become ``function_call`` items."""
     visible, calls = parse_tool_calls(text) if parse_tools else (text, [])
+    return parsed_turn_items(visible, calls, prompt_ids=prompt_ids, gen_ids=gen_ids, logprobs=logprobs,
+                             versions=versions)
+
+
+def parsed_turn_items(visible: str, calls: list[dict[str, Any]], *, prompt_ids: list[int], gen_ids: list[int],
+                      logprobs: list[float], versions: list[int]) -> list[dict[str, Any]]:
+    """:func:`turn_items` of a turn whose text the caller already split (:func:`parse_tool_calls`)."""
     items: list[dict[str, Any]] = []
     if visible.strip() or not calls:
         items.append(message_item(visible))

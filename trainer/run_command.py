@@ -16,6 +16,8 @@ from typing import Any
 from trainer.blends import BlendError
 from trainer.config import ConfigError, MasterConfig, load_config, to_yaml
 from trainer.data_prep import DataPrepError
+from trainer.rollout.generation_server import GenerationServerError, placement
+from trainer.rollout.task import MANIFEST, Routes, Task, TaskError, agent_name, make_tasks, routes_of
 
 
 # Threads a local run holds at once, measured for the tiny recipe (Ray's local cluster with one
@@ -56,12 +58,14 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], str]:
-    """Rows with ``_verigym_env`` set to the environment each routes to, the envs needed, and a
-    line saying where the rows come from.
+               ) -> tuple[list[Task], list[Task], list[str], str]:
+    """The train and validation tasks (trainer.rollout.task: each row routed once, by the routes
+    data prep wrote), the environments they need, and a line saying where the rows come from.
 
     A dry run never prepares data (that may download the blend): it reads what is prepared, or
-    returns no rows and lets the plan say how to prepare them."""
+    returns no tasks and lets the plan say how to prepare them. Files given with
+    ``data.train_data_path`` use the manifest beside them when there is one, else they are routed
+    as data prep routes (:func:`_file_routes`)."""
     def read(path: Path, what: str) -> list[dict[str, Any]]:
         if not path.is_file():
             raise ConfigError(f"{what} {path} does not exist")
@@ -75,11 +79,12 @@ def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False
         return rows
 
     if cfg.data.train_data_path:
-        train = read(Path(cfg.data.train_data_path), "data.train_data_path")
+        train_path = Path(cfg.data.train_data_path)
+        train = read(train_path, "data.train_data_path")
         val = read(Path(cfg.data.validation_data_path), "data.validation_data_path") \
             if cfg.data.validation_data_path else []
         note = f"data: {cfg.data.train_data_path}" + (f", {cfg.data.validation_data_path}" if val else "")
-        route = _file_router(cfg)
+        routes = routes_of(train_path.parent) or _file_routes(cfg, train + val)
     elif cfg.data.blend:
         from trainer.blends import load_blend
         from trainer.prepared_data import data_for_run
@@ -90,51 +95,45 @@ def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False
             if not (out / "train.jsonl").is_file():
                 return [], [], [], ""
             note = f"data: {out} (as prepared; a run re-checks it against the blend and the inputs it was prepared from)"
+            manifest = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).is_file() else {}
         else:
-            note = data_for_run(blend, out).note
+            prepared = data_for_run(blend, out)
+            note, manifest = prepared.note, prepared.manifest
         train, val = read(out / "train.jsonl", "prepared file"), read(out / "val.jsonl", "prepared file")
-        route = blend.env_for
+        # a folder without a manifest (rows put there by hand) is routed as data prep would
+        routes = Routes.from_manifest(manifest, blend.default_env) if manifest else blend.routes()
     else:
         raise ConfigError("set data.blend or data.train_data_path")
     if not train:
         raise ConfigError("no training rows")
-    for r in train + val:
-        env = route(r)
-        if not env:
-            raise ConfigError(f"row does not name an environment (no agent_ref.name or env): {str(r)[:200]}")
-        r["_verigym_env"] = env
-    return train, val, sorted({r["_verigym_env"] for r in train + val}), note
+    try:
+        train_tasks, val_tasks = make_tasks(train, routes), make_tasks(val, routes)
+    except TaskError as exc:
+        raise ConfigError(str(exc)) from None
+    return train_tasks, val_tasks, sorted({t.env for t in train_tasks + val_tasks}), note
 
 
-def _file_router(cfg: MasterConfig) -> Any:
-    """Route rows of ``data.train_data_path`` as data prep does: ``agent_ref.name`` through the
-    agent names the installed environments declare (and ``data.blend``'s agent_map when one is
-    set); a row without one may name its environment in ``env``."""
-    routes: dict[str, str] | None = None
+def _file_routes(cfg: MasterConfig, rows: list[dict[str, Any]]) -> Routes:
+    """The routes of ``data.train_data_path`` rows, as data prep routes: ``agent_ref.name``
+    through the agent names the installed environments declare (and ``data.blend``'s agent_map
+    when one is set); a row without one may name its environment in ``env``. An agent name no
+    installed environment declares is an error."""
+    agents = {name for r in rows if (name := agent_name(r))}
+    if not agents:
+        return Routes()  # every row names its environment: no catalog to ask
+    from trainer.env_catalog import installed
 
-    def route(row: dict[str, Any]) -> str | None:
-        nonlocal routes
-        ref = row.get("agent_ref")
-        agent = ref.get("name") if isinstance(ref, dict) else None
-        if agent is None:
-            return row.get("env")
-        if routes is None:
-            from trainer.env_catalog import installed
+    declared = dict(installed().routes())
+    if cfg.data.blend:
+        from trainer.blends import load_blend
 
-            routes = dict(installed().routes())
-            if cfg.data.blend:
-                from trainer.blends import load_blend
-
-                routes.update(load_blend(cfg.data.blend).agent_map)
-        env = routes.get(agent)
-        if env is None:
-            installed_envs = sorted({e for e in routes.values()})
-            raise ConfigError(f"agent_ref.name {agent!r} in {cfg.data.train_data_path} is no installed environment's "
-                              f"agent name (environments: {', '.join(installed_envs)}); map it with a blend's "
-                              "agent_map (data.blend=...) or prepare the file with `driver data prep`")
-        return env
-
-    return route
+        declared.update(load_blend(cfg.data.blend).agent_map)
+    unknown = sorted(agents - set(declared))
+    if unknown:
+        raise ConfigError(f"agent_ref.name {unknown[0]!r} in {cfg.data.train_data_path} is no installed environment's "
+                          f"agent name (environments: {', '.join(sorted(set(declared.values())))}); map it with a "
+                          "blend's agent_map (data.blend=...) or prepare the file with `driver data prep`")
+    return Routes(declared)
 
 
 def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int, said: tuple[str, ...] = ()) -> str:
@@ -153,6 +152,7 @@ def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int, said: tup
         f"mode: {mode}",
         f"ray: {cfg.cluster.ray_address or 'local (started by the driver)'}; generators: {cfg.cluster.num_generation_workers}; "
         f"weight transport: {cfg.cluster.weight_transport}",
+        placement(cfg),
         _warm_start_plan(cfg.policy.warm_start) if cfg.policy.warm_start.enabled else "warm start: off",
         f"outputs: {cfg.logger.log_dir}",
     ])
@@ -289,6 +289,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 fleet.start()
                 urls = fleet.urls
             result = run_grpo(cfg, train, val, urls, resume=not args.no_resume, stop=stop)
+        except GenerationServerError as exc:  # the generation server this run starts did not come up
+            print(f"driver run: {exc}", file=sys.stderr)
+            return 1
         except KeyboardInterrupt as raised:  # RunInterrupted from our handler (or a library's own re-raise)
             exc = as_run_interrupted(raised, stop)
             if fleet is not None:

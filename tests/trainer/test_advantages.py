@@ -3,7 +3,8 @@ import math
 
 import torch
 
-from trainer.grpo.advantages import baseline_and_std, compute_advantages, group_ids_from_prompts, zero_variance_fraction
+from trainer.grpo.advantages import baseline_and_std, compute_advantages, group_ids, zero_variance_fraction
+from trainer.rollout.sample import Group, Sample, Ticket
 
 S3 = math.sqrt(1 / 3)  # sample std of [0, 0, 1] and of [1, 0, 1]
 
@@ -61,7 +62,13 @@ def test_all_equal_group_gives_zero_and_clipping():
     assert torch.allclose(adv, t(0.8, -0.5, -0.5))
 
 
+def _group(slot: int, prompt: list[int], k: int) -> Group:
+    return Group(Ticket(slot, slot, slot), f"t{slot}", 0, [Sample(list(prompt), [7], [0.0], [0], False) for _ in range(k)])
+
+
 def test_grouping_by_prompt_tokens_not_row_id():
-    gid = group_ids_from_prompts([[1, 2], [3], [1, 2], [3], [1, 2, 0]])
-    assert gid.tolist() == [0, 1, 0, 1, 2]
+    """A batch's groups keep their identity to the advantages; two tasks whose prompts are the same
+    tokens share one baseline (NeMo-RL groups by prompt, not by row id)."""
+    gid = group_ids([_group(0, [1, 2], 2), _group(1, [3], 1), _group(2, [1, 2], 1), _group(3, [1, 2, 0], 1)])
+    assert gid.tolist() == [0, 0, 1, 0, 2]
     assert zero_variance_fraction(t(1, 0, 0, 0, 1), gid.tolist()) == 2 / 3

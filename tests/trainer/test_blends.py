@@ -34,7 +34,7 @@ def test_tiny_is_offline():
 
 
 def test_agent_routing():
-    b = load_blend("rlvr1")
+    b = load_blend("rlvr1").routes()  # the one routing rule (trainer.rollout.task.Routes)
     assert b.env_for({"agent_ref": {"name": "math_with_judge_simple_agent"}}) == "math"
     assert b.env_for({"agent_ref": {"name": "mcqa_simple_agent"}}) == "mcqa"
     assert b.env_for({"agent_ref": {"name": "code"}}) == "code"  # an env name routes to itself
@@ -63,7 +63,7 @@ def test_routes_come_from_what_environments_declare():
     assert done.stdout.strip() == "[]"  # routing and validation imported no environment
     blend = load_blend("rlhf")
     for agent, env in blend.agent_map.items():
-        assert blend.env_for({"agent_ref": {"name": agent}}) == env
+        assert blend.routes(routes).env_for({"agent_ref": {"name": agent}}) == env
 
 
 def test_two_environments_claiming_one_agent_name_is_an_error():

@@ -7,7 +7,8 @@ import pytest
 from trainer.config import EffortLevelsConfig
 from trainer.grpo.effort import (apply_effort_shaping, effort_metrics, is_low_effort, last_user_text, length_reward,
                                  prompt_kind, shape_reward)
-from trainer.grpo.replay_buffer import Sample
+from trainer.rollout.sample import Sample
+from trainer.rollout.task import Routes, make_task
 
 SUPER = EffortLevelsConfig(low_weight=0.2, low_penalty=1.0, low_ub=3000, low_string="{reasoning effort: low}")
 
@@ -39,6 +40,11 @@ def _row(text: str, **extra) -> dict:
                                                    {"role": "user", "content": text}]}, **extra}
 
 
+def _task(text: str, **extra):
+    """The task of a row (data prep's _verigym_* tags go to task.tags)."""
+    return make_task(_row(text, **extra), 0, Routes(default_env="math"))
+
+
 def test_trigger_is_read_from_the_last_user_turn_only() -> None:
     assert is_low_effort(_row("2+2? {reasoning effort: low}"), SUPER)
     assert not is_low_effort(_row("2+2?"), SUPER)  # the system turn carries it, not the user turn
@@ -56,28 +62,27 @@ def _sample(reward: float, n_tokens: int, failure: str | None = None) -> Sample:
 
 
 def test_shaping_a_group_skips_failed_samples_and_tags_kinds() -> None:
-    low = _row("2+2? {reasoning effort: low}")
     group = [_sample(1.0, 1500), _sample(0.0, 6000), _sample(0.0, 10, failure="judge_error")]
-    apply_effort_shaping(group, low, SUPER)
+    apply_effort_shaping(group, _task("2+2? {reasoning effort: low}"), SUPER)
     assert [s.reward for s in group] == pytest.approx([1.1, -0.2, 0.0])
     assert [s.length_reward for s in group][:2] == pytest.approx([0.1, -0.2])
     assert group[2].length_reward is None and group[2].reward == 0.0  # masked anyway: never shaped
     assert {s.kind for s in group} == {"low_effort"}
 
     plain = [_sample(1.0, 6000)]
-    apply_effort_shaping(plain, _row("2+2?"), SUPER)
+    apply_effort_shaping(plain, _task("2+2?"), SUPER)
     assert plain[0].reward == 1.0 and plain[0].kind == "" and plain[0].length_reward is None
 
     off = [_sample(1.0, 5)]
-    apply_effort_shaping(off, _row("2+2?", _verigym_reasoning={"mode": "off"}), SUPER)
+    apply_effort_shaping(off, _task("2+2?", _verigym_reasoning={"mode": "off"}), SUPER)
     assert off[0].kind == "reasoning_off" and off[0].reward == 1.0
-    assert prompt_kind(_row("q", _verigym_reasoning={"mode": "budget", "budget_words": 64}), SUPER) == "reasoning_budget"
+    assert prompt_kind(_task("q", _verigym_reasoning={"mode": "budget", "budget_words": 64}), SUPER) == "reasoning_budget"
 
 
 def test_metrics_count_kinds_and_report_effort_means_only_with_low_samples() -> None:
     low, plain = [_sample(1.0, 1500), _sample(1.0, 3000)], [_sample(1.0, 100), _sample(0.0, 300)]
-    apply_effort_shaping(low, _row("q {reasoning effort: low}"), SUPER)
-    apply_effort_shaping(plain, _row("q"), SUPER)
+    apply_effort_shaping(low, _task("q {reasoning effort: low}"), SUPER)
+    apply_effort_shaping(plain, _task("q"), SUPER)
     m = effort_metrics(low + plain)
     assert m["train/prompts/low_effort_frac"] == 0.5 and m["train/prompts/reasoning_off_frac"] == 0.0
     assert m["train/effort/mean_length_reward_low"] == pytest.approx(0.05)

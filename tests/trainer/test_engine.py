@@ -7,7 +7,8 @@ from trainer.config import load_config  # noqa: E402
 from trainer.fleet import Fleet  # noqa: E402
 from trainer.grpo.engine import run_grpo  # noqa: E402
 
-from trainer.grpo.synthetic import AGENT, arithmetic_rows  # noqa: E402
+from trainer.grpo.synthetic import AGENT, arithmetic_rows, arithmetic_tasks  # noqa: E402
+from trainer.rollout.task import Routes, make_tasks  # noqa: E402
 
 
 def small_cfg(tmp, *extra):
@@ -24,12 +25,10 @@ def math_server(tmp_path_factory):
 
 
 def test_async_age_zero_reproduces_sync_run(tmp_path, math_server):
-    rows = arithmetic_rows(40, 0)
-    sync = run_grpo(small_cfg(tmp_path / "sync", "grpo.async_grpo.enabled=false"), [dict(r) for r in rows], [],
-                    math_server, {AGENT: "math"}, resume=False)
+    tasks = arithmetic_tasks(40, 0)
+    sync = run_grpo(small_cfg(tmp_path / "sync", "grpo.async_grpo.enabled=false"), tasks, [], math_server, resume=False)
     asyn = run_grpo(small_cfg(tmp_path / "async", "grpo.async_grpo.enabled=true", "grpo.async_grpo.max_trajectory_age_steps=0",
-                              "grpo.async_grpo.in_flight_weight_updates=true"), [dict(r) for r in rows], [],
-                    math_server, {AGENT: "math"}, resume=False)
+                              "grpo.async_grpo.in_flight_weight_updates=true"), tasks, [], math_server, resume=False)
     assert sync.steps_done == asyn.steps_done == 3
     assert sync.consumed == asyn.consumed and len(set(sync.consumed)) == 6
     assert sync.weights_digest == asyn.weights_digest
@@ -41,8 +40,9 @@ def test_dead_environment_is_masked_counted_and_training_continues(tmp_path, mat
     for r in rows[::2]:
         r["agent_ref"] = {"type": "responses_api_agents", "name": "dead_agent"}
     urls = {**math_server, "dead": "http://127.0.0.1:9"}  # nothing listens on the discard port
+    tasks = make_tasks(rows, Routes({AGENT: "math", "dead_agent": "dead"}))
     res = run_grpo(small_cfg(tmp_path, "env.failed_rollout_retries=1", "grpo.async_grpo.max_trajectory_age_steps=1"),
-                   rows, [], urls, {AGENT: "math", "dead_agent": "dead"}, resume=False)
+                   tasks, [], urls, resume=False)
     s = res.summary
     assert res.steps_done == 3
     assert s["failed_samples"] > 0 and set(s["failures_by_class"]) == {"connection_error"}
@@ -91,8 +91,8 @@ def test_env_server_killed_mid_run_masks_counts_and_training_finishes(tmp_path, 
         try:
             res = run_grpo(small_cfg(tmp_path, f"grpo.max_num_steps={steps}", "data.shuffle=false",
                                      "env.failed_rollout_retries=1"),
-                           rows, [], {**math_server, "doomed": doomed.urls["math"]},
-                           {AGENT: "math", "doomed_agent": "doomed"}, resume=False)
+                           make_tasks(rows, Routes({AGENT: "math", "doomed_agent": "doomed"})), [],
+                           {**math_server, "doomed": doomed.urls["math"]}, resume=False)
         finally:
             killed_after.append(-1)
             watcher.join()

@@ -1,5 +1,5 @@
 """Session environments in the GRPO engine: their rows run the one rollout function
-(trainer.agent_loop.run_episode) — seed_session -> model turn -> tool calls -> tool outputs ->
+(trainer.rollout.episode.run_episode) — seed_session -> model turn -> tool calls -> tool outputs ->
 ... -> verify — with tool-output tokens masked out of the loss. Real servers on loopback (the
 counter fixture: a stateful tool environment), a real tiny policy, a real local Ray."""
 
@@ -13,12 +13,14 @@ import torch
 
 from trainer.config import load_config
 from trainer.fleet import Fleet
-from trainer.generation import SamplingParams
-from trainer.grpo.episodes import SessionRouter, rollout_samples
-from trainer.grpo.replay_buffer import Group, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig
 from trainer.responses import chat_tools
+from trainer.rollout.batch import BatchSettings, run_batch
+from trainer.rollout.generator import SamplingParams, make_generator
+from trainer.rollout.sample import Group, Ticket
+from trainer.rollout.scoring import EnvInfo
+from trainer.rollout.task import Routes, make_task, make_tasks
 
 pytestmark = pytest.mark.train
 torch.set_num_threads(1)
@@ -44,8 +46,7 @@ def fleet(tmp_path_factory):
 
 def counter_row(initial: int, expected: int, **extra) -> dict:
     return {"responses_create_params": {"input": [{"role": "user", "content": "count"}], "tools": TOOLS},
-            "initial_count": initial, "expected_count": expected, "agent_ref": AGENT, "_verigym_env": "counter",
-            **extra}
+            "initial_count": initial, "expected_count": expected, "agent_ref": AGENT, **extra}
 
 
 def teach_tool_call(policy: Policy) -> None:
@@ -75,11 +76,11 @@ def test_session_rollouts_are_scored_and_tool_outputs_are_masked_out_of_the_loss
     policy.version = 0
     cfg = load_config("tiny", ["grpo.max_rollout_turns=3", "grpo.num_prompts_per_step=1",
                                "grpo.num_generations_per_prompt=2", "policy.max_total_sequence_length=1024"])
-    rows = [counter_row(1, 3), counter_row(1, 3)]
-    samples = rollout_samples(policy, fleet.urls, rows, SessionRouter(fleet.urls), cfg,
-                              SamplingParams(temperature=0, max_new_tokens=100), torch.Generator().manual_seed(0))
+    [samples] = run_batch(make_generator(policy), EnvInfo(fleet.urls), [make_task(counter_row(1, 3), 0, Routes())], 2,
+                          SamplingParams(temperature=0, max_new_tokens=100), BatchSettings.from_config(cfg), seed=0)
     for s in samples:
         assert s.scored and s.failure is None and s.reward == 1.0 and s.env == "counter"
+        assert s.tool_calls == 1  # increment(2), parsed once by the episode
         assert len(s.gen_ids) == len(s.gen_mask) == len(s.gen_logprobs) == len(s.versions)
         tool = [i for i, m in enumerate(s.gen_mask) if m == 0]
         assert tool and 0 < tool[0] and tool[-1] < len(s.gen_ids) - 1  # tool output between two model turns
@@ -105,8 +106,8 @@ def test_the_engine_trains_on_session_rows(fleet, tmp_path):
                                "grpo.max_val_samples=2", "grpo.max_rollout_turns=2", "policy.warm_start.enabled=false",
                                "policy.generation.max_new_tokens=8", "policy.generation_batch_size=1",
                                "policy.max_total_sequence_length=1024"])  # the prompt with its tools is long
-    rows = [counter_row(2, 2, _verigym_id=f"c{i}") for i in range(6)]
-    res = run_grpo(cfg, rows, rows[:2], fleet.urls, {"counter": "counter"}, resume=False)
+    tasks = make_tasks([counter_row(2, 2) for i in range(6)], Routes())
+    res = run_grpo(cfg, tasks, tasks[:2], fleet.urls, resume=False)
     assert res.steps_done == 2 and res.summary["failed_samples"] == 0
     logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["train/reward/counter"] for r in logged if "train/reward/counter" in r] == [1.0, 1.0]

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from trainer.grpo.episodes import LockstepGenerator
+from trainer.rollout.local_generator import LockstepGenerator
 
 
 def _run(turns: list[int], max_batch: int, io_delay: bool = False, fail_on: int | None = None) -> list[list[tuple]]:

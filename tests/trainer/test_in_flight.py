@@ -11,8 +11,8 @@ import uuid
 import torch
 
 from trainer.config import load_config
-from trainer.grpo.replay_buffer import Ticket
-from trainer.grpo.synthetic import arithmetic_rows
+from trainer.rollout.sample import Ticket
+from trainer.grpo.synthetic import arithmetic_tasks
 from trainer.grpo.train_step import forward_logprobs
 from trainer.grpo.weight_sync import SharedMemoryTransport
 from trainer.grpo.workers import GeneratorWorker, TrainerWorker
@@ -24,15 +24,15 @@ def test_weights_swap_mid_sequence_and_is_correction_uses_sampled_logprobs():
     cfg = load_config("tiny", ["policy.warm_start.enabled=false", "policy.generation.max_new_tokens=16",
                                "policy.generation.temperature=1.0", "grpo.num_prompts_per_step=2",
                                "grpo.num_generations_per_prompt=4", "policy.optimizer.kwargs.lr=0.01"])
-    data = cfg.model_dump(mode="json")
-    rows = arithmetic_rows(4, 0)
+    tasks = arithmetic_tasks(4, 0)
     transport = SharedMemoryTransport(uuid.uuid4().hex[:8])
     try:
-        trainer = TrainerWorker(data, transport)
-        gen = GeneratorWorker(data, 0, rows, buffer=None, reward=None, transport=transport)
+        trainer = TrainerWorker(cfg, transport)
+        gen = GeneratorWorker(cfg, 0, tasks, buffer=None, reward=None, transport=transport)
+        assert gen.generator.in_flight  # the tiny config's grpo.async_grpo.in_flight_weight_updates
         gen.receive_weights(0, trainer.publish_weights(0))
-        gen._apply_pending(in_flight=False)
-        v0_state = {k: v.clone() for k, v in gen.policy.model.state_dict().items()}
+        gen.generator.load_received_weights()
+        v0_state = {k: v.clone() for k, v in gen.generator.policy.model.state_dict().items()}
         tickets = [Ticket(slot=i, prompt_index=i, seed=100 + i) for i in range(2)]
 
         # step 0 on a batch from version 0 (rewards set so every group has signal)
@@ -43,14 +43,14 @@ def test_weights_swap_mid_sequence_and_is_correction_uses_sampled_logprobs():
         trainer.train_step(first, 0)
         handle = trainer.publish_weights(1)
 
-        # the next batch: version 1 arrives while it is being decoded (the engine's hook applies it)
-        def hook(step: int) -> None:
+        # the next batch: version 1 arrives while it is being decoded (the generator loads it before the next step)
+        def arrive(step: int) -> None:
             if step == SWAP_AT:
                 gen.receive_weights(1, handle)
-            gen._apply_pending(in_flight=True)
 
-        groups = gen.generate(tickets, hook)
-        assert gen.stats["in_flight_updates"] == 1 and gen.policy.version == 1
+        gen.generator.on_step = arrive
+        groups = gen.generate(tickets)
+        assert gen.get_stats()["in_flight_updates"] == 1 and gen.generator.version == 1
         samples = [s for g in groups for s in g.samples]
         long = [s for s in samples if len(s.gen_ids) > SWAP_AT]
         assert long, "every sequence stopped before the swap"
@@ -59,7 +59,7 @@ def test_weights_swap_mid_sequence_and_is_correction_uses_sampled_logprobs():
             assert s.versions == [0] * min(n, SWAP_AT) + [1] * max(0, n - SWAP_AT)
 
         # logprobs as sampled: the old policy's before the swap, not the old policy's after it
-        old = GeneratorWorker(data, 1, rows, buffer=None, reward=None, transport=transport).policy
+        old = GeneratorWorker(cfg, 1, tasks, buffer=None, reward=None, transport=transport).generator.policy
         old.model.load_state_dict(v0_state)
         with torch.no_grad():
             lp_v0, _ = forward_logprobs(old.model, long, cfg.policy.generation.temperature, old.tokenizer.pad_token_id)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.generation import SamplingParams, compute_logprobs, decode_batch
+from trainer.rollout.decode import decode_batch
+from trainer.rollout.generator import SamplingParams
 from trainer.grpo.reference import ReferencePolicy
-from trainer.grpo.replay_buffer import Sample
-from trainer.logprobs import forward_logprobs, model_device
+from trainer.rollout.sample import Sample
+from trainer.logprobs import compute_logprobs, forward_logprobs, model_device
 from trainer.policy import Policy, PolicyConfig
 
 

@@ -48,16 +48,16 @@ def test_trainer_steps_saves_and_restores_the_schedule(tmp_path):
     cfg = load_config("tiny", [WARMUP_DECAY, "policy.hf_config_overrides={num_hidden_layers: 1, hidden_size: 32, "
                                "intermediate_size: 64, num_attention_heads: 2, num_key_value_heads: 1}"])
     transport = make_transport("ray", "t", False)
-    worker = TrainerWorker(cfg.model_dump(mode="json"), transport)
+    worker = TrainerWorker(cfg, transport)
     for _ in range(3):
         worker.optimizer.step()
         worker.scheduler.step()
     worker.save(str(tmp_path / "ck"))
     assert (tmp_path / "ck" / "scheduler.pt").exists()
-    fresh = TrainerWorker(cfg.model_dump(mode="json"), transport)
+    fresh = TrainerWorker(cfg, transport)
     fresh.load(str(tmp_path / "ck"), 3)
     assert fresh.optimizer.param_groups[0]["lr"] == pytest.approx(worker.optimizer.param_groups[0]["lr"])
     (tmp_path / "ck" / "scheduler.pt").unlink()  # an older checkpoint: fast-forward by the step count
-    older = TrainerWorker(cfg.model_dump(mode="json"), transport)
+    older = TrainerWorker(cfg, transport)
     older.load(str(tmp_path / "ck"), 3)
     assert older.optimizer.param_groups[0]["lr"] == pytest.approx(worker.optimizer.param_groups[0]["lr"])

@@ -9,24 +9,30 @@ def test_prompt_plus_response_fits_max_total_sequence_length_and_long_prompts_fa
 
     import torch
 
-    from trainer.grpo.replay_buffer import Group, Ticket
+    from trainer.rollout.sample import Group, Ticket
     from trainer.grpo.train_step import grpo_train_step
-    from trainer.agent_loop import PROMPT_TOO_LONG
-    from trainer.grpo.decode import load_policy, prompt_ids_for, sampling_params
-    from trainer.grpo.episodes import rollout_samples
     from trainer.grpo.reward_worker import RewardWorker
+    from trainer.policy import load_policy
+    from trainer.rollout.batch import BatchSettings, run_batch
+    from trainer.rollout.episode import prompt_ids
+    from trainer.rollout.generator import SamplingParams, make_generator
+    from trainer.rollout.sample import PROMPT_TOO_LONG
+    from trainer.rollout.scoring import EnvInfo
+    from trainer.rollout.task import Routes, make_tasks
 
     cfg = load_config("tiny", ["policy.max_total_sequence_length=40", "policy.generation.max_new_tokens=12",
                                "grpo.num_prompts_per_step=3", "grpo.num_generations_per_prompt=2"])
     policy = load_policy(cfg, 1)
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": text}]}}
             for text in ("1+2=", "x" * 10, "y" * 60)]
-    prompts = [prompt_ids_for(policy, r) for r in rows]
+    tasks = make_tasks(rows, Routes(default_env="math"))
+    prompts = [prompt_ids(policy, r) for r in rows]
     short, tight, long_ = (len(p) for p in prompts)
     assert short + 12 <= 40 < tight + 12 and tight < 40 <= long_  # full budget, capped budget, no room
     # the one rollout function, as the generators run it (no servers: one-turn episodes stop before verify)
-    samples = rollout_samples(policy, {}, [r for r in rows for _ in range(2)], None, cfg, sampling_params(cfg),
-                              torch.Generator().manual_seed(0))
+    per_task = run_batch(make_generator(policy), EnvInfo({}), tasks, 2, SamplingParams.from_config(cfg.policy.generation),
+                         BatchSettings.from_config(cfg), seed=0)
+    samples = [s for group in per_task for s in group]
     for s in samples[:4]:
         assert s.failure is None and len(s.prompt_ids) + len(s.gen_ids) <= 40 and s.gen_ids
         assert not s.scored and s.response["output"][-1]["generation_token_ids"] == s.gen_ids
@@ -35,9 +41,8 @@ def test_prompt_plus_response_fits_max_total_sequence_length_and_long_prompts_fa
         assert s.failure == PROMPT_TOO_LONG and s.gen_ids == [] and len(s.prompt_ids) == 39 and s.scored
 
     # the reward worker does not send it to a server (there is none here) and counts its class
-    reward = RewardWorker(cfg.model_dump(mode="json"), {}, None, {})
-    row = {**rows[2], "_verigym_env": "math"}
-    asyncio.run(reward.score_samples(samples[4:], [row, row]))
+    reward = RewardWorker(cfg, {}, None, tasks)
+    asyncio.run(reward.scorer.score_group(tasks[2], samples[4:], 2))
     assert reward.get_stats()["failures_by_class"] == {PROMPT_TOO_LONG: 2}
     assert all(s.env == "math" and s.failure == PROMPT_TOO_LONG for s in samples[4:])
 

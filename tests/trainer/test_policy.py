@@ -7,8 +7,10 @@ import json
 import pytest
 import torch
 
-from trainer.agent_loop import environment_tokens
-from trainer.generation import Generation, SamplingParams, compute_logprobs, decode_batch
+from trainer.logprobs import compute_logprobs
+from trainer.rollout.decode import decode_batch
+from trainer.rollout.episode import environment_tokens
+from trainer.rollout.generator import Generation, SamplingParams
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig
 from trainer.responses import chat_tools, parse_tool_calls, to_chat_messages, turn_items
 

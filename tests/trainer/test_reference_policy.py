@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from trainer.config import load_config
-from trainer.grpo.replay_buffer import Ticket
-from trainer.grpo.synthetic import arithmetic_rows
+from trainer.rollout.sample import Ticket
+from trainer.grpo.synthetic import arithmetic_tasks
 from trainer.grpo.train_step import grpo_train_step
 from trainer.grpo.weight_sync import SharedMemoryTransport
 from trainer.grpo.workers import GeneratorWorker, TrainerWorker
@@ -18,12 +18,11 @@ def _setup(beta):
     cfg = load_config("tiny", ["policy.warm_start.enabled=false", "policy.generation.max_new_tokens=8",
                                "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4",
                                "policy.optimizer.kwargs.lr=0.02", f"loss_fn.reference_policy_kl_penalty={beta}"])
-    data = cfg.model_dump(mode="json")
     transport = SharedMemoryTransport(uuid.uuid4().hex[:8])
-    trainer = TrainerWorker(data, transport)
-    gen = GeneratorWorker(data, 0, arithmetic_rows(4, 0), buffer=None, reward=None, transport=transport)
+    trainer = TrainerWorker(cfg, transport)
+    gen = GeneratorWorker(cfg, 0, arithmetic_tasks(4, 0), buffer=None, reward=None, transport=transport)
     gen.receive_weights(0, trainer.publish_weights(0))
-    gen._apply_pending(in_flight=False)
+    gen.generator.load_received_weights()
     groups = gen.generate([Ticket(slot=i, prompt_index=i, seed=10 + i) for i in range(2)])
     for g in groups:  # every group has reward signal
         for j, s in enumerate(g.samples):

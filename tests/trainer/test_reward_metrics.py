@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trainer.config import load_config
-from trainer.grpo.replay_buffer import Group, Sample, Ticket
+from trainer.rollout.sample import Group, Sample, Ticket
 from trainer.grpo.train_step import grpo_train_step
 
 
@@ -17,7 +17,7 @@ def _sample(env: str, reward: float, failure: str | None = None) -> Sample:
 
 @pytest.mark.parametrize("mask_flagged, expect_a", [(True, 1.0), (False, 0.5)])
 def test_per_env_reward_agrees_with_overall_reward_on_failed_samples(mask_flagged, expect_a):
-    from trainer.grpo.workers import load_policy
+    from trainer.policy import load_policy
 
     cfg = load_config("tiny", ["grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2",
                                f"env.should_mask_flagged_samples={str(mask_flagged).lower()}"])

@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from servers.client import EnvClient
-from trainer.agent_loop import run_episode
 from trainer.cli import main
 from trainer.fleet import Fleet
-from trainer.generation import BatchedGenerator, SamplingParams
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig
-from trainer.rollout import RolloutSettings, collect, failures_path, read_rollouts
+from trainer.rollout.collect import RolloutSettings, collect, failures_path, read_rollouts
+from trainer.rollout.episode import run_episode
+from trainer.rollout.generator import SamplingParams
+from trainer.rollout.local_generator import LocalGenerator
+from trainer.rollout.scoring import EnvCalls, RetryPolicy
+from trainer.rollout.task import Routes, make_task, make_tasks
 
 pytestmark = pytest.mark.train
 # One intra-op thread: on a shared 2-core machine, oversubscribed BLAS threads make tiny
@@ -45,8 +47,8 @@ def answer_rows(n: int) -> list[dict]:
             for i in range(n)]
 
 
-def route(row: dict) -> str:
-    return row["agent_ref"]["name"]
+def answer_tasks(n: int) -> list:
+    return make_tasks(answer_rows(n), Routes())
 
 
 def overfit(policy: Policy, sequence: list[int], trainable_from: int, steps: int = 150) -> None:
@@ -81,9 +83,9 @@ async def test_multi_turn_tool_episode_keeps_tokens_contiguous(fleet):
     full = policy.encode(policy.render(convo, tools, add_generation_prompt=False))
     overfit(policy, full, len(prompt_ids))
 
-    async with EnvClient(fleet.urls) as client, BatchedGenerator(policy) as gen:
-        episode = await run_episode(gen, client, "counter", row, SamplingParams(temperature=0, max_new_tokens=100),
-                                    stateful=True, max_steps=4)
+    async with EnvCalls(fleet.urls, retry=RetryPolicy(2)) as env, LocalGenerator(policy) as gen:
+        episode = await run_episode(gen, env, make_task(row, 0, Routes()),
+                                    SamplingParams(temperature=0, max_new_tokens=100), stateful=True, max_steps=4)
     out = episode.reply["response"]["output"]
     assert [i["type"] for i in out] == ["function_call", "function_call_output", "message"], out
     assert json.loads(out[1]["output"]) == {"count": 3}
@@ -100,11 +102,11 @@ async def test_multi_turn_tool_episode_keeps_tokens_contiguous(fleet):
 
 async def test_collect_resume_and_summary(fleet, tmp_path):
     policy = Policy.load(PolicyConfig(tiny=SMALL))
-    rows = answer_rows(6)
+    tasks = answer_tasks(6)
     out = tmp_path / "r.jsonl"
     settings = RolloutSettings(num_generations=3, sampling=SamplingParams(max_new_tokens=8))
-    async with EnvClient(fleet.urls) as client, BatchedGenerator(policy, max_batch=8) as gen:
-        s1 = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+    async with EnvCalls(fleet.urls, retry=RetryPolicy(2)) as env, LocalGenerator(policy, max_batch=8) as gen:
+        s1 = await collect(tasks, env=env, generator=gen, stateful={}, settings=settings,
                            output=out, progress=False)
         assert s1["this_run"]["rollouts"] == 18 and s1["scored"] == 18 and s1["failed"] == 0
         done = read_rollouts(out)
@@ -115,12 +117,12 @@ async def test_collect_resume_and_summary(fleet, tmp_path):
             assert len(item["generation_token_ids"]) == len(item["generation_log_probs"]) > 0
             assert r["reward"] in (0.0, 1.0) and r["agent_ref"]["name"] == "answer_match"
         # Rerun: nothing to do. Then drop two lines and tear the last one: exactly those are redone.
-        s2 = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+        s2 = await collect(tasks, env=env, generator=gen, stateful={}, settings=settings,
                            output=out, progress=False)
         assert s2["this_run"]["rollouts"] == 0 and s2["this_run"]["skipped_already_done"] == 18
         lines = out.read_text().splitlines()
         out.write_text("\n".join(lines[:15]) + "\n" + lines[15][:40])
-        s3 = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+        s3 = await collect(tasks, env=env, generator=gen, stateful={}, settings=settings,
                            output=out, progress=False)
         assert s3["this_run"]["rollouts"] == 3 and s3["scored"] == 18
     rewards = [r["reward"] for r in read_rollouts(out)]
@@ -129,7 +131,7 @@ async def test_collect_resume_and_summary(fleet, tmp_path):
 
 async def test_dead_server_mid_run_is_counted_and_retried_on_resume(tmp_path):
     policy = Policy.load(PolicyConfig(tiny=SMALL))
-    rows = answer_rows(8)
+    tasks = answer_tasks(8)
     out = tmp_path / "r.jsonl"
     settings = RolloutSettings(num_generations=2, sampling=SamplingParams(max_new_tokens=6), concurrency=4)
     with Fleet(["answer_match"]) as first:
@@ -140,10 +142,10 @@ async def test_dead_server_mid_run_is_counted_and_retried_on_resume(tmp_path):
                 first.kill("answer_match")
                 killed.append(True)
 
-        async with EnvClient(first.urls, retries=1, backoff_s=0.01) as client:
-            gen = BatchedGenerator(policy, max_batch=4, on_step=kill_after_two_batches)
+        async with EnvCalls(first.urls, retry=RetryPolicy(1, backoff_s=0.01)) as env:
+            gen = LocalGenerator(policy, max_batch=4, on_step=kill_after_two_batches)
             async with gen:
-                s = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+                s = await collect(tasks, env=env, generator=gen, stateful={}, settings=settings,
                                   output=out, progress=False)
     assert killed
     assert s["this_run"]["rollouts"] == 16 and s["scored"] + s["failed"] == 16
@@ -151,8 +153,8 @@ async def test_dead_server_mid_run_is_counted_and_retried_on_resume(tmp_path):
     assert all(f["_ng_attempt_index"] == 0 for f in read_rollouts(failures_path(out)))
     # A fresh server: the failed rollouts are retried, finished ones are not.
     with Fleet(["answer_match"]) as second:
-        async with EnvClient(second.urls) as client, BatchedGenerator(policy, max_batch=8) as gen:
-            s2 = await collect(rows, route=route, client=client, generator=gen, stateful={}, settings=settings,
+        async with EnvCalls(second.urls, retry=RetryPolicy(2)) as env, LocalGenerator(policy, max_batch=8) as gen:
+            s2 = await collect(tasks, env=env, generator=gen, stateful={}, settings=settings,
                                output=out, progress=False)
     assert s2["this_run"]["rollouts"] == s["failed"] and s2["scored"] == 16 and s2["failed"] == 0
 
@@ -170,18 +172,17 @@ def test_driver_rollout_command_with_given_urls(fleet, tmp_path, capsys):
     assert summary["scored"] == 8 and summary["this_run"]["rollouts_per_s"] > 0
 
 
-async def test_verify_rollout_is_the_one_retry_path_and_ends_with_a_failure_class(fleet):
+async def test_one_retry_policy_for_verify_and_it_ends_with_a_failure_class(fleet):
     """The verify step every rollout ends with (session episodes inside run_episode, one-turn
     episodes in the engine's reward actor): a scored answer is not retried; an unreachable server
     is retried ``retries`` times and comes back as a failure class, never a reward."""
-    from trainer.agent_loop import verify_rollout
     from trainer.responses import build_response, message_item
 
     row = answer_rows(1)[0]
     response = build_response([message_item(str(row["expected_answer"]))], create_params=row["responses_create_params"],
                               model="tiny", input_tokens=1, output_tokens=1, incomplete=False)
-    async with EnvClient({**fleet.urls, "dead": "http://127.0.0.1:9"}, retries=0) as client:
-        reply, retried = await verify_rollout(client, "answer_match", row, response, retries=2)
+    async with EnvCalls({**fleet.urls, "dead": "http://127.0.0.1:9"}, retry=RetryPolicy(2)) as env:
+        reply, retried = await env.verify("answer_match", row, response)
         assert reply["reward"] == 1.0 and "_ng_failure_class" not in reply and retried == 0
-        reply, retried = await verify_rollout(client, "dead", row, response, retries=2)
+        reply, retried = await env.verify("dead", row, response)
     assert reply["_ng_failure_class"] == "connection_error" and reply["reward"] == 0.0 and retried == 2

@@ -20,19 +20,28 @@ def test_schedule_picks_the_latest_entry_and_is_bounded_by_the_ceiling():
 def test_rollouts_follow_the_limit_of_the_step_they_train_at():
     import torch
 
-    from trainer.agent_loop import PROMPT_TOO_LONG
-    from trainer.grpo.decode import load_policy, prompt_ids_for, sampling_params
-    from trainer.grpo.episodes import rollout_samples
+    from trainer.policy import load_policy
+    from trainer.rollout.batch import BatchSettings, run_batch
+    from trainer.rollout.episode import prompt_ids
+    from trainer.rollout.generator import SamplingParams, make_generator
+    from trainer.rollout.sample import PROMPT_TOO_LONG
+    from trainer.rollout.scoring import EnvInfo
+    from trainer.rollout.task import Routes, make_tasks
 
     cfg = load_config("tiny", ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=12",
                                "policy.max_total_sequence_length_schedule={0: 40, 5: 128}"])
     policy = load_policy(cfg, 1)
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": t}]}} for t in ("x" * 10, "y" * 60)]
-    prompts = [prompt_ids_for(policy, r) for r in rows]
+    prompts = [prompt_ids(policy, r) for r in rows]
     tight, long_ = (len(p) for p in prompts)
     assert tight < 40 < tight + 12 and 40 <= long_ < 116
-    early = rollout_samples(policy, {}, rows, None, cfg, sampling_params(cfg), torch.Generator().manual_seed(0), step=0)
-    late = rollout_samples(policy, {}, rows, None, cfg, sampling_params(cfg), torch.Generator().manual_seed(0), step=7)
+    tasks = make_tasks(rows, Routes(default_env="math"))
+    def rollouts(step: int) -> list:
+        return [g[0] for g in run_batch(make_generator(policy), EnvInfo({}), tasks, 1,
+                                        SamplingParams.from_config(cfg.policy.generation),
+                                        BatchSettings.from_config(cfg, step), seed=0)]
+
+    early, late = rollouts(0), rollouts(7)
     assert len(early[0].gen_ids) <= 40 - tight and (len(early[0].gen_ids) == 40 - tight or not early[0].truncated)
     assert early[1].failure == PROMPT_TOO_LONG and len(early[0].prompt_ids) + len(early[0].gen_ids) <= 40
     assert late[1].failure is None and late[1].gen_ids

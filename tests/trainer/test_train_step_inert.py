@@ -10,13 +10,16 @@ import pytest
 import torch
 
 from trainer.config import load_config
-from trainer.grpo.advantages import compute_advantages, group_ids_from_prompts
-from trainer.grpo.decode import load_policy, sampling_params
-from trainer.grpo.episodes import rollout_samples
+from trainer.grpo.advantages import compute_advantages
 from trainer.grpo.loss import LossInputs, clipped_pg_loss
-from trainer.grpo.replay_buffer import Group, Ticket
+from trainer.rollout.sample import Group, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.logprobs import forward_logprobs
+from trainer.policy import load_policy
+from trainer.rollout.batch import BatchSettings, run_batch
+from trainer.rollout.generator import SamplingParams, make_generator
+from trainer.rollout.scoring import EnvInfo
+from trainer.rollout.task import Routes, make_tasks
 
 K = 4
 ROWS = [{"responses_create_params": {"input": [{"role": "user", "content": f"{a} + {a} ="}]}} for a in range(4)]
@@ -28,8 +31,10 @@ def _setup(overrides=()):
     cfg = load_config("tiny", ["policy.generation.max_new_tokens=5", "grpo.num_prompts_per_step=4",
                                f"grpo.num_generations_per_prompt={K}", "policy.train_micro_batch_size=3", *overrides])
     policy = load_policy(cfg, 1)
-    samples = rollout_samples(policy, {}, [r for r in ROWS for _ in range(K)], None, cfg, sampling_params(cfg),
-                              policy.make_rng(0))
+    tasks = make_tasks(ROWS, Routes(default_env="math"))
+    per_task = run_batch(make_generator(policy), EnvInfo({}), tasks, K, SamplingParams.from_config(cfg.policy.generation),
+                         BatchSettings.from_config(cfg), seed=0)
+    samples = [s for group in per_task for s in group]
     for s, r in zip(samples, REWARDS):
         s.reward, s.env = float(r), "math"
     groups = [Group(Ticket(i, i, i), f"p{i}", 0, samples[K * i:K * (i + 1)]) for i in range(len(ROWS))]
@@ -39,7 +44,7 @@ def _setup(overrides=()):
 def _full_batch_grads(model, samples, cfg, pad_id):
     """Every sample through the model, one loss over the batch (global normalisers)."""
     rewards = torch.tensor([s.reward for s in samples])
-    adv = compute_advantages(rewards, group_ids_from_prompts([s.prompt_ids for s in samples]),
+    adv = compute_advantages(rewards, torch.arange(len(ROWS)).repeat_interleave(K),  # one group per row, in order
                              leave_one_out=cfg.grpo.use_leave_one_out_baseline, normalize=cfg.grpo.normalize_rewards)
     lp, _ = forward_logprobs(model, samples, cfg.policy.generation.temperature, pad_id)
     T = lp.shape[1]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, load_config
-from trainer.grpo.decode import load_policy
+from trainer.policy import load_policy
 from trainer.grpo.warm_start import SupervisedLoop, exact_match, train_supervised
 
 
@@ -26,7 +26,8 @@ def test_the_warm_start_stops_once_the_target_accuracy_is_reached():
     assert out["warm_start/steps"] < 400
     assert out["warm_start/final_accuracy"] >= 0.6
     # and what it measured holds for a greedy decode: most targets come back exactly
-    from trainer.generation import SamplingParams, decode_batch
+    from trainer.rollout.decode import decode_batch
+    from trainer.rollout.generator import SamplingParams
 
     got = decode_batch(policy, [p for p, _ in pairs], [SamplingParams(temperature=0.0, max_new_tokens=2)] * len(pairs),
                        rng=policy.make_rng(0))

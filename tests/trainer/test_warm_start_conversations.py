@@ -1,14 +1,14 @@
 """Warm start on gold conversations (policy.warm_start.conversations): the tokens and loss mask are
-the ones a multi-turn rollout builds (trainer.agent_loop), the loss falls on the assistant turns
+the ones a multi-turn rollout builds (trainer.rollout.episode), the loss falls on the assistant turns
 only, and a bad file fails with its line number."""
 import json
 
 import pytest
 import torch
 
-from trainer.agent_loop import environment_tokens
+from trainer.rollout.episode import environment_tokens
 from trainer.config import WarmStartConfig, load_config
-from trainer.generation import Generation
+from trainer.rollout.generator import Generation
 from trainer.grpo.warm_start import conversation_tokens, supervised_warm_start
 from trainer.policy import Policy, PolicyConfig, TinyModelConfig
 from trainer.responses import chat_tools

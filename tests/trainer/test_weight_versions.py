@@ -3,7 +3,8 @@
 
 import pytest
 
-from trainer.grpo.replay_buffer import Group, ReplayBuffer
+from trainer.grpo.replay_buffer import ReplayBuffer
+from trainer.rollout.sample import Group
 from trainer.grpo.versions import WeightVersionMismatch, check_versions
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from trainer.generation import SamplingParams, decode_batch
+from trainer.rollout.decode import decode_batch
+from trainer.rollout.generator import SamplingParams
 from trainer.responses import build_response, chat_tools, to_chat_messages, turn_items
 from trainer.tool_use import classify_tool_use, kind_rates, row_tools
 

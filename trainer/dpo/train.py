@@ -169,7 +169,7 @@ def _validate(cfg: DPOMasterConfig, policy: Any, val_pairs: list[TokenizedPair],
                                                                      policy.tokenizer.pad_token_id).items()})
     if tool_rows:
         from trainer.dpo.hallucination_eval import hallucination_rate
-        from trainer.generation import SamplingParams
+        from trainer.rollout.generator import SamplingParams
 
         g, h = cfg.policy.generation, cfg.data.hallucination_eval
         temperature = g.val_temperature if g.val_temperature is not None else g.temperature

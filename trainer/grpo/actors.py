@@ -17,6 +17,7 @@ from trainer.grpo.replay_buffer import ReplayBuffer
 from trainer.grpo.weight_sync import WeightTransport
 from trainer.grpo.reward_worker import RewardWorker
 from trainer.grpo.workers import GeneratorWorker, TrainerWorker
+from trainer.rollout.task import Task
 
 
 def init_ray(cfg: MasterConfig) -> bool:
@@ -36,14 +37,24 @@ def init_ray(cfg: MasterConfig) -> bool:
 
 
 def gpu_share(cfg: MasterConfig) -> dict[str, float]:
-    """``num_gpus`` for the trainer and each generator: they share one GPU when ``policy.device``
-    resolves to CUDA (Ray sets CUDA_VISIBLE_DEVICES='' in an actor that asks for no GPU, so the
-    share is what lets them see it); nothing on a CPU run."""
+    """``num_gpus`` for the trainer and each generator that decodes on it: they share one GPU when
+    ``policy.device`` resolves to CUDA (Ray sets CUDA_VISIBLE_DEVICES='' in an actor that asks for no
+    GPU, so the share is what lets them see it); nothing on a CPU run."""
     from trainer.policy import resolve_device
 
     if resolve_device(cfg.policy.device).type != "cuda":
         return {}
     return {"num_gpus": 1.0 / (1 + cfg.cluster.num_generation_workers)}
+
+
+def generator_gpu_share(cfg: MasterConfig) -> dict[str, float]:
+    """A generator's share: none when its backend decodes elsewhere (a generation server) and loads
+    its policy (the tokenizer and chat template) on the CPU."""
+    from trainer.policy import resolve_device
+    from trainer.rollout.generator import backend_class
+
+    device = backend_class(cfg.policy.generation.backend).policy_device(cfg)
+    return gpu_share(cfg) if resolve_device(device).type == "cuda" else {}
 
 
 @dataclass
@@ -54,22 +65,25 @@ class Components:
     generators: list[Any]
 
 
-def launch(cfg: MasterConfig, train_rows: list[dict[str, Any]], urls: dict[str, Any], route_map: dict[str, str],
+def launch(cfg: MasterConfig, train: list[Task], val: list[Task], urls: dict[str, Any],
            transport: WeightTransport) -> Components:
-    data = cfg.model_dump(mode="json")
+    """The actors of a run. The config and the tasks are handed over once: the config as the typed
+    object the driver validated, the tasks through Ray's object store (every actor holds them; a
+    group names its task by index)."""
     spread = {"scheduling_strategy": "SPREAD"} if cfg.cluster.ray_address else {}
     # Fractional CPUs: on a small machine all actors share the cores; the torch threads decide real use.
     buffer = ray.remote(num_cpus=0.01, max_concurrency=16)(ReplayBuffer).remote(
-        [str(r.get("_verigym_id", i)) for i, r in enumerate(train_rows)], cfg.grpo.num_prompts_per_step,
+        [t.id for t in train], cfg.grpo.num_prompts_per_step,
         cfg.max_age, cfg.grpo.max_num_steps, seed=cfg.grpo.seed, shuffle=cfg.data.shuffle,
         max_num_epochs=cfg.grpo.max_num_epochs)
-    reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(data, urls, buffer, route_map)
-    gpu = gpu_share(cfg)
-    placed = lambda res: {"resources": dict(res), **gpu} if res else {**spread, **gpu}  # noqa: E731 (custom resources pin the node)
-    trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources))(TrainerWorker).remote(data, transport, urls)
-    rows_ref = ray.put(train_rows)
-    generators = [ray.remote(num_cpus=1, max_concurrency=4, **placed(cfg.cluster.generator_resources))(GeneratorWorker).remote(
-        data, i, rows_ref, buffer, reward, transport, urls) for i in range(cfg.cluster.num_generation_workers)]
+    train_ref, val_ref = ray.put(train), ray.put(val)
+    reward = ray.remote(num_cpus=0.01, max_concurrency=64)(RewardWorker).remote(cfg, urls, buffer, train_ref, val_ref)
+    placed = lambda res, gpu: {"resources": dict(res), **gpu} if res else {**spread, **gpu}  # noqa: E731 (custom resources pin the node)
+    trainer = ray.remote(num_cpus=1, **placed(cfg.cluster.trainer_resources, gpu_share(cfg)))(TrainerWorker).remote(
+        cfg, transport, urls, train_ref, val_ref, reward)
+    generator_gpu = generator_gpu_share(cfg)
+    generators = [ray.remote(num_cpus=1, max_concurrency=4, **placed(cfg.cluster.generator_resources, generator_gpu))(GeneratorWorker).remote(
+        cfg, i, train_ref, buffer, reward, transport, urls) for i in range(cfg.cluster.num_generation_workers)]
     return Components(buffer, reward, trainer, generators)
 
 

@@ -1,7 +1,10 @@
 """Group advantages (NeMo-RL `calculate_baseline_and_std_per_prompt`, reference §1.3).
 
 Samples are grouped by the exact token ids of their prompt (NeMo-RL groups with
-``torch.unique(prompt_ids, dim=0)``, not by row id). Within a group of n valid samples:
+``torch.unique(prompt_ids, dim=0)``, not by row id). A batch arrives as its groups
+(trainer.rollout.sample.Group: one task's K samples, one prompt by construction), so
+:func:`group_ids` numbers the groups, giving groups whose prompts are identical one id (two tasks
+with the same prompt share a baseline, as in NeMo-RL). Within a group of n valid samples:
 
 * leave-one-out (``grpo.use_leave_one_out_baseline``): b_i = mean_{j!=i} r_j and
   std_i = Bessel-corrected std of the n-1 other rewards:
@@ -23,11 +26,17 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
+from trainer.rollout.sample import Group
 
-def group_ids_from_prompts(prompts: Sequence[Sequence[int]]) -> torch.Tensor:
-    """One integer group id per sample: equal prompt token ids -> equal id."""
+
+def group_ids(groups: Sequence[Group]) -> torch.Tensor:
+    """One integer id per sample of the flattened batch (groups in order, samples in order): the
+    index of its group, groups with identical prompts sharing one."""
     index: dict[tuple[int, ...], int] = {}
-    return torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompts], dtype=torch.long)
+    ids: list[int] = []
+    for g in groups:
+        ids += [index.setdefault(tuple(g.prompt_ids), len(index))] * len(g.samples)
+    return torch.tensor(ids, dtype=torch.long)
 
 
 def baseline_and_std(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None,

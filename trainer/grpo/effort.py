@@ -14,8 +14,9 @@ tokens is penalised whether it is right or not. The Super RLVR recipe: trigger
 empty ``low_string`` turns it off (NeMo-RL's defaults). Only training rewards are shaped:
 validation reports what the verifier said.
 
-Rows also carry data prep's reasoning-control tag (``_verigym_reasoning``, trainer/reasoning_control.py);
-:func:`prompt_kind` names each sample's prompt kind so the step metrics can count them.
+Data prep also tags rewritten rows for reasoning control (``_verigym_reasoning``,
+trainer/reasoning_control.py; the task keeps it in ``task.tags``); :func:`prompt_kind` names each
+sample's prompt kind so the step metrics can count them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Sequence
 
 from trainer.config import EffortLevelsConfig
 from trainer.reasoning_control import REASONING_KEY  # data prep's reasoning-control tag
+from trainer.rollout.task import Task
 
 
 def length_reward(length: int, low_weight: float, low_ub: int) -> float:
@@ -56,21 +58,21 @@ def is_low_effort(row: dict[str, Any], cfg: EffortLevelsConfig) -> bool:
     return cfg.enabled and cfg.low_string in last_user_text(row)
 
 
-def prompt_kind(row: dict[str, Any], cfg: EffortLevelsConfig) -> str:
+def prompt_kind(task: Task, cfg: EffortLevelsConfig) -> str:
     """``low_effort``, ``reasoning_off``, ``reasoning_budget`` or ``""`` (a plain prompt)."""
-    if is_low_effort(row, cfg):
+    if is_low_effort(task.row, cfg):
         return "low_effort"
-    tag = row.get(REASONING_KEY)
+    tag = task.tags.get(REASONING_KEY)
     if isinstance(tag, dict) and tag.get("mode") in ("off", "budget"):
         return "reasoning_off" if tag["mode"] == "off" else "reasoning_budget"
     return ""
 
 
-def apply_effort_shaping(samples: Sequence[Any], row: dict[str, Any], cfg: EffortLevelsConfig) -> None:
-    """Tag every sample of ``row``'s group with its prompt kind; shape the scored (not failed) samples'
+def apply_effort_shaping(samples: Sequence[Any], task: Task, cfg: EffortLevelsConfig) -> None:
+    """Tag every sample of ``task``'s group with its prompt kind; shape the scored (not failed) samples'
     rewards when the prompt is low effort. ``samples`` have ``reward``, ``failure``, ``gen_ids``,
     ``kind`` and ``length_reward`` (trainer.grpo.replay_buffer.Sample)."""
-    kind = prompt_kind(row, cfg)
+    kind = prompt_kind(task, cfg)
     for s in samples:
         s.kind = kind
         if kind == "low_effort" and s.failure is None:

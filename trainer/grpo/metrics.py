@@ -16,19 +16,16 @@ import torch
 
 
 def multi_turn_metrics(samples: list[Any], prefix: str) -> dict[str, float]:
-    """How multi-turn the samples were: tool calls the model wrote (parsed as rollouts parse them),
-    model turns (1 + the environment-token spans between them) and environment tokens (tool
-    outputs and turn markers, masked out of the loss) per sample. Zero calls and one turn for
-    single-turn samples."""
-    from trainer.responses import parse_tool_calls
-
+    """How multi-turn the samples were: tool calls the model wrote (counted when the episode parsed
+    them), model turns (1 + the environment-token spans between them) and environment tokens (tool
+    outputs and turn markers, masked out of the loss) per sample. One turn for single-turn samples."""
     n = max(len(samples), 1)
     env_tokens = turns = calls = 0
     for s in samples:
         mask = s.gen_mask or []
         env_tokens += sum(1 for m in mask if m == 0)
         turns += 1 + sum(1 for a, b in zip(mask, mask[1:]) if a == 0 and b == 1)
-        calls += len(parse_tool_calls(s.text or "")[1])
+        calls += s.tool_calls
     return {f"{prefix}/tool_calls_per_sample": calls / n, f"{prefix}/turns_per_sample": turns / n,
             f"{prefix}/env_tokens_per_sample": env_tokens / n}
 

@@ -29,11 +29,14 @@ class ReferencePolicy:
             p.requires_grad_(False)
 
     @torch.no_grad()
-    def logprobs(self, samples: list[Any], temperature: float, pad_id: int, micro_batch: int, width: int) -> torch.Tensor:
-        """[B, width] logprobs of each sample's generated tokens under the reference (0 past a sample's end)."""
+    def logprobs(self, samples: list[Any], temperature: float, pad_id: int, micro_batch: int, width: int,
+                 prompt_of: list[int] | None = None) -> torch.Tensor:
+        """[B, width] logprobs of each sample's generated tokens under the reference (0 past a sample's
+        end); ``prompt_of``: which samples share a prompt (trainer.logprobs.forward_logprobs)."""
         out = torch.zeros(len(samples), width)
         for i in range(0, len(samples), micro_batch):
-            lp, _ = forward_logprobs(self.model, samples[i:i + micro_batch], temperature, pad_id)
+            lp, _ = forward_logprobs(self.model, samples[i:i + micro_batch], temperature, pad_id,
+                                     prompt_of=None if prompt_of is None else prompt_of[i:i + micro_batch])
             out[i:i + micro_batch, :lp.shape[1]] = lp.to(out.device)
         return out
 

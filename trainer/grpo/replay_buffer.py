@@ -19,53 +19,9 @@ from __future__ import annotations
 
 import random
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
-
-@dataclass
-class Ticket:
-    slot: int
-    prompt_index: int   # index into the train rows
-    seed: int           # sampling seed of this group (per slot: reproducible for any batching)
-
-
-@dataclass
-class Sample:
-    prompt_ids: list[int]
-    gen_ids: list[int]
-    gen_logprobs: list[float]
-    versions: list[int]
-    truncated: bool
-    reward: float = 0.0
-    failure: str | None = None
-    env: str = ""
-    text: str = ""
-    kind: str = ""                       # prompt kind: low_effort / reasoning_off / reasoning_budget (trainer.grpo.effort)
-    length_reward: float | None = None   # effort shaping's L, when the reward was shaped
-    # Multi-turn rollouts (trainer/agent_loop.py): gen_ids hold every token after the first prompt —
-    # model turns (mask 1, trained) and tool outputs / chat-template glue (mask 0, logprob 0.0,
-    # version -1: never trained). None: every generated token is the model's (one turn).
-    gen_mask: list[int] | None = None
-    scored: bool = False                 # the rollout already ran /verify (its session ends there)
-    # A one-turn episode stopped before its verify step (trainer.grpo.episodes): the Responses-API
-    # response the reward actor sends to /verify (or /compare); dropped once scored.
-    response: dict[str, Any] | None = None
-    verify_retries: int = 0              # failure-classed /verify answers retried inside a session episode
-
-
-@dataclass
-class Group:
-    ticket: Ticket
-    prompt_id: str
-    start_version: int           # weight version when generation started (NeMo-RL trajectory_version)
-    samples: list[Sample] = field(default_factory=list)
-    gen_seconds: float = 0.0
-
-    @property
-    def min_version(self) -> int:
-        # -1 marks tool-output tokens of a multi-turn sample: no policy version produced them
-        return min((v for s in self.samples for v in s.versions if v >= 0), default=self.start_version)
+from trainer.rollout.sample import Group, Ticket
 
 
 class ReplayBuffer:
@@ -136,32 +92,42 @@ class ReplayBuffer:
                     self.done[g.ticket.slot] = g
 
     # ---- trainer side -----------------------------------------------------------------
-    def take(self, step: int) -> list[Group] | None:
-        """The full batch for ``step`` (no partial batches), or None while it is incomplete.
-        Groups older than the bound are dropped and re-queued (safety net behind admission)."""
+    def ready(self, step: int) -> bool:
+        """Whether the full batch for ``step`` is here (no partial batches). Groups older than the
+        bound are dropped and re-queued (safety net behind admission). The driver asks this, then
+        hands ``take(step)``'s reference to the trainer: the batch never passes through the driver."""
         with self._lock:
-            if step != self.trained_version():
-                from trainer.grpo.versions import WeightVersionMismatch
+            return self._complete(step)
 
-                raise WeightVersionMismatch(f"the driver asks for the batch of step {step}, but the buffer has handed out "
-                                            f"{self.trained_version()} batches")
-            slots = range(step * self.B, (step + 1) * self.B)
-            for s in slots:
-                g = self.done.get(s)
-                if g is not None and step - g.start_version > self.max_age:
-                    self.dropped += 1
-                    del self.done[s]
-                    t = self.admitted.pop(s)
-                    self.requeue.insert(0, t.prompt_index)
-                    self.free_slots.append(s)
-                    self.free_slots.sort()
-            if not all(s in self.done for s in slots):
+    def take(self, step: int) -> list[Group] | None:
+        """The full batch for ``step``, or None while it is incomplete (see :meth:`ready`)."""
+        with self._lock:
+            if not self._complete(step):
                 return None
+            slots = range(step * self.B, (step + 1) * self.B)
             batch = [self.done.pop(s) for s in slots]
             for s in slots:
                 del self.admitted[s]
-            self.consumed.extend(g.prompt_id for g in batch)
+            self.consumed.extend(g.task_id for g in batch)
             return batch
+
+    def _complete(self, step: int) -> bool:
+        if step != self.trained_version():
+            from trainer.grpo.versions import WeightVersionMismatch
+
+            raise WeightVersionMismatch(f"the driver asks for the batch of step {step}, but the buffer has handed out "
+                                        f"{self.trained_version()} batches")
+        slots = range(step * self.B, (step + 1) * self.B)
+        for s in slots:
+            g = self.done.get(s)
+            if g is not None and step - g.start_version > self.max_age:
+                self.dropped += 1
+                del self.done[s]
+                t = self.admitted.pop(s)
+                self.requeue.insert(0, t.prompt_index)
+                self.free_slots.append(s)
+                self.free_slots.sort()
+        return all(s in self.done for s in slots)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

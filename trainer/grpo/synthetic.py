@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from trainer.rollout.task import Routes, Task, make_tasks
+
 AGENT = "math_simple_agent"
 
 
@@ -16,5 +18,10 @@ def arithmetic_rows(n: int, seed: int) -> list[dict[str, Any]]:
         a, b = rng.randint(0, 4), rng.randint(0, 4)
         rows.append({"responses_create_params": {"input": [{"role": "user", "content": f"{a}+{b}="}]},
                      "agent_ref": {"type": "responses_api_agents", "name": AGENT}, "expected_answer": str(a + b),
-                     "question": f"{a}+{b}=", "_verigym_id": f"q{i}"})
+                     "question": f"{a}+{b}="})
     return rows
+
+
+def arithmetic_tasks(n: int, seed: int) -> list[Task]:
+    """:func:`arithmetic_rows` as tasks routed to the math environment."""
+    return make_tasks(arithmetic_rows(n, seed), Routes({AGENT: "math"}))

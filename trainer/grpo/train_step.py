@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.config import MasterConfig
-from trainer.grpo.advantages import compute_advantages, group_ids_from_prompts, zero_variance_fraction
+from trainer.grpo.advantages import compute_advantages, group_ids, zero_variance_fraction
 from trainer.grpo.effort import effort_metrics
 from trainer.grpo.loss import LossInputs, clipped_pg_loss, seq_logprob_error_mask
 from trainer.grpo.metrics import StepStats, multi_turn_metrics
-from trainer.grpo.replay_buffer import Group
+from trainer.rollout.sample import Group
 from trainer.logprobs import forward_logprobs  # noqa: F401 - the one logprob function (re-exported for callers)
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
     g, lc, pc = cfg.grpo, cfg.loss_fn, cfg.policy
     temp = pc.generation.temperature
     samples = [s for grp in groups for s in grp.samples]
+    gid = group_ids(groups)  # each sample's group (groups with identical prompts share one: NeMo-RL)
+    prompt_of = gid.tolist()  # samples of one group share one prompt pass in forward_logprobs
     B = len(samples)
     T = max(max(len(s.gen_ids) for s in samples), 1)
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
@@ -69,19 +71,18 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
     if need_old:
         with torch.no_grad():
             for i in range(0, B, mb):
-                lp, _ = forward_logprobs(model, samples[i:i + mb], temp, pad_id)
+                lp, _ = forward_logprobs(model, samples[i:i + mb], temp, pad_id, prompt_of=prompt_of[i:i + mb])
                 lp_old[i:i + mb, :lp.shape[1]] = lp.to(lp_old.device)
     lp_ref = None
     if lc.reference_policy_kl_penalty > 0:
         if reference is None:
             raise ValueError("loss_fn.reference_policy_kl_penalty > 0 needs a reference policy; none was built")
-        lp_ref = reference.logprobs(samples, temp, pad_id, mb, T)
+        lp_ref = reference.logprobs(samples, temp, pad_id, mb, T, prompt_of)
     keep, seq_err = seq_logprob_error_mask(lp_old, lp_gen, token_mask, g.seq_logprob_error_threshold)
     masked_by_lp_error = int((sample_mask & ~keep).sum())
     sample_mask &= keep
 
-    # advantages grouped by prompt token ids (grpo.use_leave_one_out_baseline / normalize_rewards / advantage_clip_*)
-    gid = group_ids_from_prompts([s.prompt_ids for s in samples])
+    # advantages per group (grpo.use_leave_one_out_baseline / normalize_rewards / advantage_clip_*)
     adv = compute_advantages(rewards, gid, valid=valid, leave_one_out=g.use_leave_one_out_baseline,
                              normalize=g.normalize_rewards, clip_low=g.advantage_clip_low, clip_high=g.advantage_clip_high)
 
@@ -104,7 +105,8 @@ def grpo_train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[G
         total = 0.0
         for k in range(0, len(live), mb):
             rows = torch.tensor(live[k:k + mb])
-            lp, ent = forward_logprobs(model, [samples[i] for i in rows.tolist()], temp, pad_id, with_entropy=True)
+            lp, ent = forward_logprobs(model, [samples[i] for i in rows.tolist()], temp, pad_id, with_entropy=True,
+                                       prompt_of=[prompt_of[i] for i in rows.tolist()])
             t, dev = lp.shape[1], lp.device  # the loss runs where the model is (one GPU, or CPU)
             x = LossInputs(lp=lp, lp_old=lp_old[rows, :t].to(dev), lp_gen=lp_gen[rows, :t].to(dev),
                            advantages=adv[rows].to(dev), token_mask=token_mask[rows, :t].to(dev),

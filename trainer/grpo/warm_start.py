@@ -8,7 +8,7 @@ validation reward *after* the warm start, so all improvement it reports is RL's)
 
 With ``conversations`` (a JSONL file of gold chat conversations) it teaches a multi-turn format
 instead: each conversation is rendered by the policy's chat template one segment at a time, as a
-rollout builds its tokens (trainer/agent_loop.py: prompt, then each model turn up to its
+rollout builds its tokens (trainer/rollout/episode.py: prompt, then each model turn up to its
 end-of-turn marker, then the tool messages and the next generation prompt), and the loss is on
 the assistant turns' tokens only.
 """
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import WarmStartConfig
-from trainer.grpo.decode import prompt_ids_for
+from trainer.rollout.episode import prompt_ids
 
 
 def gold_answer(row: dict[str, Any]) -> str | None:
@@ -96,7 +96,7 @@ def warm_start_examples(policy: Any, rows: list[dict[str, Any]], cfg: WarmStartC
     for r in rows:
         ans = gold_answer(r)
         if ans is not None:
-            examples.append(answer_example(prompt_ids_for(policy, r),
+            examples.append(answer_example(prompt_ids(policy, r),
                                            policy.encode(cfg.answer_template.format(answer=ans)) + [end_id]))
     return examples
 

@@ -1,14 +1,17 @@
 """The engine's generator and trainer as plain classes; :mod:`trainer.grpo.actors` runs them (and
 :class:`trainer.grpo.reward_worker.RewardWorker`) as Ray actors.
 
-* :class:`GeneratorWorker` decodes continuously on its own thread. Before each batch it asks the
-  collector for admission; between decode steps the ``on_step`` hook swaps in new weights when
-  ``in_flight_weight_updates`` is on, so generation never drains and later tokens carry the new
-  version (the decode loop stamps each token and keeps the logprob it was sampled with).
-  Every sample is one run of the one rollout function (trainer.agent_loop.run_episode, through
-  trainer.grpo.episodes); one-turn episodes stop before their verify step, which the reward
+* :class:`GeneratorWorker` generates continuously on its own thread. Before each batch it asks the
+  replay buffer for admission and rolls the admitted tasks out (trainer.rollout.batch: K episodes
+  per task through the one rollout function); its generator (trainer.rollout.generator) owns the
+  weights: new weights from the trainer are loaded between batches, or, with
+  ``in_flight_weight_updates``, between two decode steps, so generation never drains and later
+  tokens carry the new version. One-turn episodes stop before their verify step, which the reward
   actor runs while the next batch decodes.
-* :class:`TrainerWorker` owns the training copy of the policy and the optimizer.
+* :class:`TrainerWorker` owns the training copy of the policy and the optimizer, and runs
+  validation (its rollouts scored by the reward actor, which returns the metrics).
+
+Both receive the typed config (validated once, by the driver) and the tasks by reference.
 """
 
 from __future__ import annotations
@@ -22,59 +25,45 @@ import numpy as np
 import torch
 
 from trainer.config import MasterConfig
-from trainer.grpo.decode import load_policy, prompt_ids_for, sampling_params
 from trainer.grpo.lr_schedule import build_scheduler
 from trainer.grpo.reference import ReferencePolicy
-from trainer.grpo.replay_buffer import Group, Sample, Ticket
 from trainer.grpo.train_step import grpo_train_step
 from trainer.grpo.weight_sync import WeightTransport
+from trainer.policy import load_policy
+from trainer.rollout.batch import BatchSettings, run_batch
+from trainer.rollout.episode import prompt_ids
+from trainer.rollout.generator import SamplingParams, backend_class, generator_for_run, make_generator
+from trainer.rollout.sample import Group, Ticket
+from trainer.rollout.scoring import EnvInfo
+from trainer.rollout.task import Task
 
 
 class GeneratorWorker:
-    def __init__(self, cfg_data: dict[str, Any], worker_id: int, rows: list[dict[str, Any]], buffer: Any,
-                 reward: Any, transport: WeightTransport, urls: dict[str, Any] | None = None):
-        from trainer.grpo.episodes import SessionRouter
-
-        self.cfg = MasterConfig.model_validate(cfg_data)
-        self.id, self.rows, self.buffer, self.reward, self.transport = worker_id, rows, buffer, reward, transport
-        self.urls = urls or {}  # environment servers: session rollouts talk to them from here
-        self.sessions = SessionRouter(self.urls) if self.urls else None
-        self.policy = load_policy(self.cfg, self.cfg.cluster.torch_threads_per_actor)
-        self.policy.version = -1  # no weights from the trainer yet: admission waits for the first push
-        self._pending: tuple[int, Any] | None = None
-        self._lock = threading.Lock()
+    def __init__(self, cfg: MasterConfig, worker_id: int, tasks: list[Task], buffer: Any, reward: Any,
+                 transport: WeightTransport, urls: dict[str, Any] | None = None):
+        self.cfg, self.id, self.tasks, self.buffer, self.reward, self.transport = cfg, worker_id, tasks, buffer, reward, transport
+        self.envs = EnvInfo(urls or {})  # environment servers: session rollouts talk to them from here
+        device = backend_class(cfg.policy.generation.backend).policy_device(cfg)
+        self.generator = generator_for_run(load_policy(cfg, cfg.cluster.torch_threads_per_actor, device), cfg,
+                                           in_flight=cfg.in_flight_updates)
+        self.generator.policy.version = -1  # no weights from the trainer yet: admission waits for the first push
+        self.params = SamplingParams.from_config(cfg.policy.generation)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: str | None = None
-        self.stats = {"gen_seconds": 0.0, "idle_seconds": 0.0, "tokens": 0, "groups": 0, "weight_updates": 0,
-                      "in_flight_updates": 0, "weight_load_seconds": 0.0}
+        self.stats = {"gen_seconds": 0.0, "idle_seconds": 0.0, "tokens": 0, "groups": 0}
 
     # ---- weights ------------------------------------------------------------------------
     def receive_weights(self, version: int, handle: Any) -> int:
-        """Control call from the driver: returns at once; the decode loop applies it."""
-        with self._lock:
-            if self._pending is None or version > self._pending[0]:
-                self._pending = (version, handle)
+        """Control call from the driver: returns at once; the generator loads them (module docstring)."""
+        timeout = self.cfg.cluster.control_timeout_s
+        self.generator.receive_weights(version, lambda: self.transport.fetch(handle, timeout))
         self._wake.set()
-        return self.policy.version
-
-    def _apply_pending(self, in_flight: bool) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is None or pending[0] <= self.policy.version:
-            return
-        t0 = time.perf_counter()
-        state = self.transport.fetch(pending[1], self.cfg.cluster.control_timeout_s)
-        with self.policy.weights_lock:  # a decode step never runs on half-loaded weights
-            self.policy.model.load_state_dict(state)
-            self.policy.version = pending[0]
-        self.stats["weight_load_seconds"] += time.perf_counter() - t0
-        self.stats["weight_updates"] += 1
-        self.stats["in_flight_updates"] += int(in_flight)
+        return self.generator.version
 
     def version(self) -> int:
-        return self.policy.version
+        return self.generator.version
 
     # ---- the loop ------------------------------------------------------------------------
     def start(self) -> bool:
@@ -87,21 +76,23 @@ class GeneratorWorker:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self.cfg.cluster.control_timeout_s)
-        return self.get_stats()
+        stats = self.get_stats()
+        self.generator.close()  # a generation server is left resumed, with no weight update half done
+        return stats
 
     def get_stats(self) -> dict[str, Any]:
-        return {**self.stats, "version": self.policy.version, "error": self.error}
+        g = self.generator.stats
+        return {**self.stats, "weight_updates": g["weight_updates"], "in_flight_updates": g["in_flight_updates"],
+                "weight_load_seconds": g["weight_load_seconds"], "version": self.generator.version, "error": self.error}
 
     def _loop(self) -> None:
         import ray
 
         try:
             timeout = self.cfg.cluster.control_timeout_s
-            in_flight = self.cfg.in_flight_updates
-            hook = (lambda _step: self._apply_pending(True)) if in_flight else None
             while not self._stop.is_set():
-                self._apply_pending(False)
-                tickets = ray.get(self.buffer.admit.remote(self.policy.version, self.cfg.policy.generation_batch_size),
+                self.generator.load_received_weights()
+                tickets = ray.get(self.buffer.admit.remote(self.generator.version, self.cfg.policy.generation_batch_size),
                                   timeout=timeout)
                 if not tickets:
                     t0 = time.perf_counter()
@@ -109,45 +100,35 @@ class GeneratorWorker:
                     self._wake.clear()
                     self.stats["idle_seconds"] += time.perf_counter() - t0
                     continue
-                groups = self.generate(tickets, hook)
-                self.reward.score_groups.remote(groups, [self.rows[t.prompt_index] for t in tickets])
+                self.reward.score_groups.remote(self.generate(tickets))  # the reward actor holds the tasks
         except Exception as exc:  # surfaced to the driver through get_stats()
             self.error = f"{type(exc).__name__}: {exc}"
             raise
 
-    def generate(self, tickets: list[Ticket], hook: Any = None) -> list[Group]:
-        from trainer.grpo.episodes import rollout_samples
-
+    def generate(self, tickets: list[Ticket]) -> list[Group]:
         t0 = time.perf_counter()
-        K = self.cfg.grpo.num_generations_per_prompt
-        start_version = self.policy.version
-        rows = [self.rows[t.prompt_index] for t in tickets]
-        # one RNG per batch seeded by its first slot: reproducible for the same admissions
-        rng = self.policy.make_rng(tickets[0].seed)
+        start_version = self.generator.version
+        tasks = [self.tasks[t.prompt_index] for t in tickets]
         step = tickets[0].slot // self.cfg.grpo.num_prompts_per_step  # the step these groups train at
-        gens = rollout_samples(self.policy, self.urls, [r for r in rows for _ in range(K)], self.sessions, self.cfg,
-                               sampling_params(self.cfg), rng, hook=hook, step=step)
+        # one RNG per batch seeded by its first slot: reproducible for the same admissions
+        samples = run_batch(self.generator, self.envs, tasks, self.cfg.grpo.num_generations_per_prompt, self.params,
+                            BatchSettings.from_config(self.cfg, step), seed=tickets[0].seed)
         dt = time.perf_counter() - t0
-        groups = []
-        for i, t in enumerate(tickets):
-            row = self.rows[t.prompt_index]
-            groups.append(Group(ticket=t, prompt_id=str(row.get("_verigym_id", t.prompt_index)),
-                                start_version=start_version, samples=gens[i * K:(i + 1) * K], gen_seconds=dt / len(tickets)))
+        groups = [Group(ticket=t, task_id=task.id, start_version=start_version, samples=group, gen_seconds=dt / len(tickets))
+                  for t, task, group in zip(tickets, tasks, samples)]
         self.stats["gen_seconds"] += dt
-        self.stats["tokens"] += sum(len(x.gen_ids) for x in gens)
+        self.stats["tokens"] += sum(len(s.gen_ids) for g in groups for s in g.samples)
         self.stats["groups"] += len(tickets)
         return groups
 
 
 class TrainerWorker:
-    def __init__(self, cfg_data: dict[str, Any], transport: WeightTransport, urls: dict[str, Any] | None = None):
-        from trainer.grpo.episodes import SessionRouter
-
-        self.cfg = MasterConfig.model_validate(cfg_data)
-        self.transport = transport
-        self.urls = urls or {}  # validation rollouts of session environments talk to the servers from here
-        self.sessions = SessionRouter(self.urls) if self.urls else None
-        self.policy = load_policy(self.cfg, self.cfg.cluster.torch_threads_per_actor)
+    def __init__(self, cfg: MasterConfig, transport: WeightTransport, urls: dict[str, Any] | None = None,
+                 train: list[Task] | None = None, val: list[Task] | None = None, reward: Any = None):
+        self.cfg, self.transport, self.reward = cfg, transport, reward
+        self.train, self.val = train or [], val or []
+        self.envs = EnvInfo(urls or {})  # validation rollouts of session environments talk to the servers from here
+        self.policy = load_policy(cfg, cfg.cluster.torch_threads_per_actor)
         torch.manual_seed(self.cfg.grpo.seed)
         o = self.cfg.policy.optimizer
         cls = {"torch.optim.AdamW": torch.optim.AdamW, "torch.optim.Adam": torch.optim.Adam,
@@ -176,11 +157,13 @@ class TrainerWorker:
     def publish_weights(self, version: int) -> Any:
         return self.transport.publish(version, self.policy.model.state_dict())
 
-    def warm_start_begin(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """Prepare the warm start (its examples, its optimizer); ``warm_start_run`` then runs it in pieces."""
+    def warm_start_begin(self) -> dict[str, Any]:
+        """Prepare the warm start on the train tasks (its examples, its optimizer); ``warm_start_run``
+        then runs it in pieces."""
         from trainer.grpo.warm_start import warm_start_loop
 
-        self._warm_start = warm_start_loop(self.policy, rows, self.cfg.policy.warm_start, seed=self.cfg.grpo.seed)
+        self._warm_start = warm_start_loop(self.policy, [t.row for t in self.train], self.cfg.policy.warm_start,
+                                           seed=self.cfg.grpo.seed)
         return self._warm_start.progress()
 
     def warm_start_run(self, max_seconds: float) -> dict[str, Any]:
@@ -193,20 +176,27 @@ class TrainerWorker:
             self._warm_start = None
         return out
 
-    def generate_validation(self, rows: list[dict[str, Any]], k: int) -> list[Sample]:
-        """k greedy samples per row, in row order, each one run of the one rollout function
-        (session rows come back scored, the others are verified by the reward actor)."""
-        from trainer.grpo.episodes import rollout_samples
+    def validate(self) -> dict[str, float]:
+        """``grpo.val_num_generations_per_prompt`` greedy samples per validation task, each one run of
+        the one rollout function with the trainer's own weights (session rows come back scored), scored
+        by the reward actor, which returns the metrics: the samples go there, not to the driver."""
+        import ray
 
-        return rollout_samples(self.policy, self.urls, [r for r in rows for _ in range(k)], self.sessions, self.cfg,
-                               sampling_params(self.cfg, greedy=True), self.policy.make_rng(self.cfg.grpo.seed),
-                               step=max(self.policy.version, 0), max_batch=64)
+        if not self.val:
+            return {}
+        k, seed = self.cfg.grpo.val_num_generations_per_prompt, self.cfg.grpo.seed
+        samples = run_batch(make_generator(self.policy), self.envs, self.val, k,
+                            SamplingParams.from_config(self.cfg.policy.generation, greedy=True),
+                            BatchSettings.from_config(self.cfg, max(self.policy.version, 0)), seed=seed, max_batch=64)
+        groups = [Group(Ticket(i, i, seed), task.id, self.policy.version, group)
+                  for i, (task, group) in enumerate(zip(self.val, samples))]
+        return ray.get(self.reward.score_validation.remote(groups), timeout=self.cfg.cluster.control_timeout_s)
 
-    def prompts_too_long(self, rows: list[dict[str, Any]]) -> list[str]:
-        """Ids of the rows whose prompt leaves no room in ``policy.max_total_sequence_length``."""
+    def prompts_too_long(self) -> dict[str, list[str]]:
+        """Per split, ids of the tasks whose prompt leaves no room in ``policy.max_total_sequence_length``."""
         limit = self.cfg.policy.max_total_sequence_length
-        return [str(r.get("_verigym_id", i)) for i, r in enumerate(rows)
-                if len(prompt_ids_for(self.policy, r)) >= limit]
+        return {split: [t.id for t in tasks if len(prompt_ids(self.policy, t.row)) >= limit]
+                for split, tasks in (("train", self.train), ("validation", self.val))}
 
     def save(self, path: str) -> bool:
         from trainer.grpo.checkpoint import save_trainer_state

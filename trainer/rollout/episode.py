@@ -1,4 +1,4 @@
-"""The one rollout function: generate (and call tools) until done, then ``/verify``.
+"""Task -> episode: the one rollout function. Generate (and call tools) until done, then ``/verify``.
 
 Every rollout the trainer makes goes through :func:`run_episode` — ``driver rollout``, the GRPO
 engine's generators and its validation. Single-turn rows are its one-turn case: one model turn,
@@ -9,10 +9,10 @@ of a stateful environment (``/info``: ``stateful`` — it serves tools or keeps 
 carried) -> ``function_call_output`` fed back -> ... up to ``max_steps`` model turns ->
 ``verify`` on the same session — NeMo-Gym's ``simple_agent``.
 
-The model turn is ``generator.generate(prompt_ids, params)``: any object with that coroutine
-and a ``policy``. Batching is the generator's business (trainer.generation.BatchedGenerator
-gathers concurrent episodes; trainer.grpo.episodes.LockstepGenerator decodes every live
-episode's turn in one deterministic batch), so many one-turn episodes still decode as one batch.
+The model turn is ``turns.generate(prompt_ids, params)`` (trainer.rollout.generator.Turns).
+Batching is the generator's business (the local backend decodes every live episode's turn of a
+batch together), so many one-turn episodes still decode as one batch. Each turn's text is split
+into visible text and tool calls once, here; the episode counts the calls.
 
 Token contiguity (NeMo-RL asserts it, nemo-gym.md §6): turn k+1's prompt ids are exactly
 turn k's prompt ids + its generated ids + environment ids. The environment ids are the
@@ -22,44 +22,33 @@ found by rendering the conversation with and without the tool messages and token
 only the difference. We never re-tokenise what the model generated.
 
 ``context_limit`` (prompt + everything generated) caps each turn's new tokens to the room
-left; a first prompt with no room fails with :data:`PROMPT_TOO_LONG` before any server call
-(NeMo-RL gives such a prompt ``loss_multiplier=0``); a later turn with no room ends the
-episode as truncated.
+left; a first prompt with no room fails with :data:`~trainer.rollout.sample.PROMPT_TOO_LONG`
+before any server call; a later turn with no room ends the episode as truncated.
 
-Verification is :func:`verify_rollout`, the one verify / retry / failure path. ``verify=False``
-stops an episode that has no session right before it, with its ``response`` built, so that the
-engine's reward actor runs that same last step concurrently with the next decode batch (or
-scores the group through ``/compare``).
-
-Infrastructure failures never raise out of here: the episode comes back with a failure
-class (``connection_error``, ``overloaded``, ``verifier_error``...) and reward 0 so the
-caller can count and mask it.
+Server calls go through trainer.rollout.scoring.EnvCalls (one retry policy). ``verify=False``
+stops an episode that has no session right before verify, with its ``response`` built, so that
+the engine's reward actor runs that same last step concurrently with the next decode batch (or
+scores the group through ``/compare``). Infrastructure failures never raise out of here: the
+episode comes back with a failure class and reward 0 so the caller can count and mask it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
-from servers.client import EnvClient, EnvClientError, SessionHandle
-from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, FailureClass
-from trainer.generation import Generation, SamplingParams
+from servers.client import EnvClientError, SessionHandle
+from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY
 from trainer.policy import Policy
-from trainer.responses import (build_response, chat_tools, function_call_output_item, offers_tools, public_row,
-                               to_chat_messages, turn_items)
+from trainer.responses import (build_response, chat_tools, function_call_output_item, offers_tools, parse_tool_calls,
+                               parsed_turn_items, to_chat_messages)
+from trainer.rollout.generator import Generation, GenerationFailed, SamplingParams, Turns
+from trainer.rollout.sample import PROMPT_TOO_LONG, Sample
+from trainer.rollout.scoring import EnvCalls, failure_reply
+from trainer.rollout.task import Task
 
 _PLACEHOLDER = "\x00VERIGYM_TURN\x00"
-PROMPT_TOO_LONG = "prompt_too_long"  # failure class of a first prompt with no room left for one new token
-
-
-class Generator(Protocol):
-    """What an episode needs to take a model turn (trainer.generation.BatchedGenerator is one)."""
-
-    policy: Policy
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation: ...
 
 
 @dataclass
@@ -81,8 +70,9 @@ class Episode:
     truncated: bool = False
     text: str = ""  # everything the model generated, decoded (all turns)
     response: dict[str, Any] | None = None  # the Responses-API response sent (or to send) to /verify
-    verified: bool = False  # False only for verify=False episodes: the caller runs verify_rollout
+    verified: bool = False  # False only for verify=False episodes: the reward actor verifies them
     verify_retries: int = 0  # failure-classed /verify answers retried
+    tool_calls: int = 0  # <tool_call> blocks the model wrote (parsed once per turn)
 
     @property
     def reward(self) -> float:
@@ -122,112 +112,106 @@ def environment_tokens(policy: Policy, messages: list[dict[str, Any]], tools: li
     return policy.encode(close + full[len(closed):])
 
 
-def _failure(reply_base: dict[str, Any], exc: EnvClientError | Exception, cls: FailureClass) -> dict[str, Any]:
-    failure = getattr(exc, "failure_class", None) or cls
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict) and body.get(FAILURE_CLASS_KEY):
-        failure = body[FAILURE_CLASS_KEY]
-    return {**reply_base, "reward": 0.0, FAILURE_CLASS_KEY: getattr(failure, "value", failure),
-            FAILURE_DETAIL_KEY: str(exc)[:2000]}
+def prompt_ids(policy: Policy, row: dict[str, Any]) -> list[int]:
+    """The row's first prompt, rendered by the policy's chat template with the row's tools."""
+    params = row.get("responses_create_params") or {}
+    return policy.encode(policy.render(to_chat_messages(params), chat_tools(params.get("tools"))))
 
 
-async def verify_rollout(client: EnvClient, env: str, row: dict[str, Any], response: dict[str, Any], *,
-                         session: SessionHandle | None = None, retries: int = 0) -> tuple[dict[str, Any], int]:
-    """``/verify`` with the run's retry rule; returns (reply, retries used). The reply carries a
-    failure class when the server could not score it (its own class, or ``connection_error`` /
-    ``verifier_error`` for an unreachable server / a 4xx-5xx answer); failure-classed replies are
-    retried ``retries`` times with backoff, then returned as they are (the caller masks them)."""
-    reply: dict[str, Any] = {}
-    for attempt in range(retries + 1):
-        try:
-            reply = await client.verify(env, row, response, session=session)
-        except EnvClientError as exc:
-            cls = FailureClass.CONNECTION_ERROR if exc.status is None else FailureClass.VERIFIER_ERROR
-            reply = _failure({**row, "response": response}, exc, cls)
-        if reply.get(FAILURE_CLASS_KEY) is None or attempt == retries:
-            return reply, attempt
-        await asyncio.sleep(0.2 * 2 ** attempt)
-    return reply, retries
-
-
-async def run_episode(generator: Generator, client: EnvClient | None, env: str, row: dict[str, Any],
-                      params: SamplingParams, *, stateful: bool = False, max_steps: int = 8,
-                      context_limit: int | None = None, verify: bool = True, verify_retries: int = 0) -> Episode:
-    """One rollout of ``row`` (see the module docstring). ``client`` may be None only for an
+async def run_episode(turns: Turns, env: EnvCalls | None, task: Task, params: SamplingParams, *,
+                      stateful: bool = False, max_steps: int = 8, context_limit: int | None = None,
+                      verify: bool = True) -> Episode:
+    """One rollout of ``task`` (see the module docstring). ``env`` may be None only for an
     episode that needs no server before its verify step (no session, ``verify=False``)."""
-    policy = generator.policy
-    row = public_row(row)  # the trainer's _verigym_* keys never reach a server
-    create_params = row.get("responses_create_params") or {}
+    policy = turns.policy
+    row, create_params = task.row, task.create_params
     messages = to_chat_messages(create_params)
     tools = chat_tools(create_params.get("tools"))
     use_tools = offers_tools(create_params)
-    prompt_ids = policy.encode(policy.render(messages, tools))
-    episode = Episode(reply={}, prompt_ids=list(prompt_ids))
+    prompt = policy.encode(policy.render(messages, tools))
+    episode = Episode(reply={}, prompt_ids=list(prompt))
     output: list[dict[str, Any]] = []
     session: SessionHandle | None = None
-    input_tokens = len(prompt_ids)
 
     def response() -> dict[str, Any]:
-        return build_response(output, create_params=create_params, model=policy.name, input_tokens=input_tokens,
+        return build_response(output, create_params=create_params, model=policy.name, input_tokens=len(episode.prompt_ids),
                               output_tokens=sum(episode.completion_mask), incomplete=episode.truncated)
 
-    if context_limit is not None and len(prompt_ids) >= context_limit:
+    if context_limit is not None and len(prompt) >= context_limit:
         episode.reply = {**row, "reward": 0.0, FAILURE_CLASS_KEY: PROMPT_TOO_LONG,
-                         FAILURE_DETAIL_KEY: f"prompt of {len(prompt_ids)} tokens leaves no room in {context_limit}"}
+                         FAILURE_DETAIL_KEY: f"prompt of {len(prompt)} tokens leaves no room in {context_limit}"}
         episode.verified = True  # nothing to verify: the sample is masked
         return episode
     try:
         if stateful:
-            assert client is not None, "a session episode needs an environment client"
-            session = await client.seed_session(env, row)
+            assert env is not None, "a session episode needs the environment servers"
+            session = await env.seed_session(task.env, row)
         for step in range(max_steps):
             turn_params = params
             if context_limit is not None:
-                room = context_limit - len(prompt_ids)
+                room = context_limit - len(prompt)
                 if room <= 0:  # the conversation filled the context: stop here, verify what there is
                     episode.truncated = True
                     break
                 if room < params.max_new_tokens:
                     turn_params = replace(params, max_new_tokens=room)
-            gen = await generator.generate(prompt_ids, turn_params)
+            gen = await turns.generate(prompt, turn_params)
             episode.turns += 1
             episode.text += gen.text
             episode.add_model_tokens(gen)
-            items = turn_items(gen.text, prompt_ids=prompt_ids, gen_ids=gen.token_ids, logprobs=gen.logprobs,
-                               versions=gen.versions, parse_tools=use_tools)
+            visible, calls = parse_tool_calls(gen.text)  # the one parse of this turn
+            episode.tool_calls += len(calls)
+            if not use_tools:  # a row without tools: the model's <tool_call> blocks are text to the environment
+                visible, calls = gen.text, []
+            items = parsed_turn_items(visible, calls, prompt_ids=prompt, gen_ids=gen.token_ids, logprobs=gen.logprobs,
+                                      versions=gen.versions)
             output += items
             calls = [it for it in items if it["type"] == "function_call"]
             episode.truncated = gen.truncated
             if not calls or gen.truncated or step == max_steps - 1 or session is None:
                 break
-            assert client is not None
+            assert env is not None
             tool_messages = []
             for call in calls:
-                text = await _call_tool(client, session, call)
+                text = await _call_tool(env, session, call)
                 output.append(function_call_output_item(call["call_id"], text))
                 tool_messages.append({"role": "tool", "tool_call_id": call["call_id"], "content": text})
-            visible = "".join(c["text"] for it in items if it["type"] == "message" for c in it["content"])
             env_ids = environment_tokens(policy, messages, tools, tool_messages, gen)
-            messages = messages + [{"role": "assistant", "content": visible, "tool_calls": [
+            messages = messages + [{"role": "assistant", "content": visible if visible.strip() else "", "tool_calls": [
                 {"type": "function", "function": {"name": c["name"], "arguments": json.loads(c["arguments"])
                                                   if _is_json(c["arguments"]) else c["arguments"]}} for c in calls]}] + tool_messages
             episode.add_env_tokens(env_ids)
-            prompt_ids = prompt_ids + gen.token_ids + env_ids
-    except EnvClientError as exc:
-        cls = FailureClass.CONNECTION_ERROR if exc.status is None else FailureClass.VERIFIER_ERROR
+            prompt = prompt + gen.token_ids + env_ids
+    except (EnvClientError, GenerationFailed) as exc:  # an environment or the generation server failed
         episode.response = response()
-        episode.reply = _failure({**row, "response": episode.response}, exc, cls)
+        episode.reply = failure_reply({**row, "response": episode.response}, exc)
         episode.verified = True
         return episode
     episode.response = response()
     if not verify and session is None:
         episode.reply = {**row, "response": episode.response}
         return episode
-    assert client is not None, "verifying an episode needs an environment client"
-    episode.reply, episode.verify_retries = await verify_rollout(client, env, row, episode.response, session=session,
-                                                                 retries=verify_retries)
+    assert env is not None, "verifying an episode needs the environment servers"
+    episode.reply, episode.verify_retries = await env.verify(task.env, row, episode.response, session=session)
     episode.verified = True
     return episode
+
+
+def to_sample(episode: Episode, env: str, max_total_sequence_length: int) -> Sample:
+    """The sample of one episode; an unverified episode keeps its ``response`` for the reward
+    actor, a too-long prompt keeps its last tokens so a (masked) forward pass fits."""
+    failure = episode.reply.get(FAILURE_CLASS_KEY) if episode.verified else None
+    prompt = list(episode.prompt_ids)
+    if failure == PROMPT_TOO_LONG:
+        prompt = prompt[-(max_total_sequence_length - 1):]
+    mask = list(episode.completion_mask)
+    return Sample(prompt_ids=prompt, gen_ids=list(episode.completion_ids),
+                  gen_logprobs=list(episode.completion_logprobs), versions=list(episode.completion_versions),
+                  truncated=episode.truncated, reward=episode.reward if episode.verified and not failure else 0.0,
+                  failure=str(failure) if failure else None, env=env, text=episode.text,
+                  gen_mask=mask if 0 in mask else None, scored=episode.verified,
+                  response=None if episode.verified else episode.response, verify_retries=episode.verify_retries,
+                  tool_calls=episode.tool_calls)
 
 
 def _is_json(text: str) -> bool:
@@ -238,7 +222,7 @@ def _is_json(text: str) -> bool:
         return False
 
 
-async def _call_tool(client: EnvClient, session: SessionHandle, call: dict[str, Any]) -> str:
+async def _call_tool(env: EnvCalls, session: SessionHandle, call: dict[str, Any]) -> str:
     """Tool output text as the model will see it. Bad JSON arguments never reach the server
     (NeMo-Gym's simple_agent does the same). Tool errors are data: the body goes back as is,
     whatever the status; a dead server raises EnvClientError (the episode fails)."""
@@ -248,5 +232,5 @@ async def _call_tool(client: EnvClient, session: SessionHandle, call: dict[str, 
         return json.dumps({"error": f"Invalid tool call arguments: {exc}"})
     if not isinstance(arguments, dict):
         return json.dumps({"error": "Invalid tool call arguments: expected a JSON object"})
-    _, body = await client.call_tool(session, call["name"], arguments)
+    _, body = await env.call_tool(session, call["name"], arguments)
     return body if isinstance(body, str) else json.dumps(body)

@@ -1,4 +1,4 @@
-"""Rollout collection: K scored responses per prompt, NeMo-Gym-style output files.
+"""``driver rollout``'s collection: K scored rollouts per task, NeMo-Gym-style output files.
 
 Output (nemo-gym.md §3.1):
 
@@ -23,17 +23,17 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-
-from servers.client import EnvClient
 from servers.wire import FAILURE_CLASS_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
-from trainer.agent_loop import run_episode
-from trainer.generation import BatchedGenerator, SamplingParams
 from trainer.progress import progress as progress_bar
+from trainer.rollout.episode import run_episode
+from trainer.rollout.generator import Generator, SamplingParams
+from trainer.rollout.scoring import EnvCalls
+from trainer.rollout.task import Task
 from trainer.tool_use import hallucination_summary
 
-ENV_KEY = "_verigym_env"
+ENV_KEY = "_verigym_env"  # an output record's environment (summaries, pass rates); never sent to a server
 ATTEMPT_KEY = "_ng_attempt_index"
 
 
@@ -106,10 +106,9 @@ def summarize(rows: list[dict[str, Any]], failures: list[dict[str, Any]], *, k: 
     return out
 
 
-async def collect(rows: list[dict[str, Any]], *, route: Callable[[dict[str, Any]], str], client: EnvClient,
-                  generator: BatchedGenerator, stateful: dict[str, bool], settings: RolloutSettings,
-                  output: Path, progress: bool = True) -> dict[str, Any]:
-    """Run every missing (task, rollout) pair of ``rows`` and append results to ``output``."""
+async def collect(tasks: list[Task], *, env: EnvCalls, generator: Generator, stateful: dict[str, bool],
+                  settings: RolloutSettings, output: Path, progress: bool = True) -> dict[str, Any]:
+    """Run every missing (task, rollout) pair of ``tasks`` and append results to ``output``."""
     output.parent.mkdir(parents=True, exist_ok=True)
     done = {(r[TASK_INDEX_KEY], r[ROLLOUT_INDEX_KEY]) for r in read_rollouts(output)}
     old_failures = read_rollouts(failures_path(output))
@@ -121,7 +120,7 @@ async def collect(rows: list[dict[str, Any]], *, route: Callable[[dict[str, Any]
     terminal = [f for f in old_failures if attempts[(f[TASK_INDEX_KEY], f[ROLLOUT_INDEX_KEY])] >= settings.max_attempts
                 and (f[TASK_INDEX_KEY], f[ROLLOUT_INDEX_KEY]) not in done]
     terminal_pairs = {(f[TASK_INDEX_KEY], f[ROLLOUT_INDEX_KEY]) for f in terminal}
-    todo = [(t, r) for t in range(len(rows)) for r in range(settings.num_generations)
+    todo = [(t, r) for t in range(len(tasks)) for r in range(settings.num_generations)
             if (t, r) not in done and (t, r) not in terminal_pairs]  # aabbcc layout, as NeMo-Gym
     with open(failures_path(output), "w") as fh:
         for f in terminal:
@@ -138,14 +137,13 @@ async def collect(rows: list[dict[str, Any]], *, route: Callable[[dict[str, Any]
 
     async def one(task: int, rollout: int) -> None:
         nonlocal reward_sum, scored
-        row = rows[task]
-        env = route(row)
-        params = SamplingParams.for_row(row.get("responses_create_params") or {}, settings.sampling)
+        t = tasks[task]
+        params = SamplingParams.for_row(t.create_params, settings.sampling)
         async with gate:
-            episode = await run_episode(generator, client, env, row, params, stateful=stateful.get(env, False),
+            episode = await run_episode(generator, env, t, params, stateful=stateful.get(t.env, False),
                                         max_steps=settings.max_steps)
         record = {**episode.reply, TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: rollout,
-                  "agent_ref": row.get("agent_ref"), ENV_KEY: env}
+                  "agent_ref": t.row.get("agent_ref"), ENV_KEY: t.env}
         if episode.failure_class:
             record[ATTEMPT_KEY] = attempts[(task, rollout)]
             fail_fh.write(json.dumps(record) + "\n")
@@ -172,7 +170,7 @@ async def collect(rows: list[dict[str, Any]], *, route: Callable[[dict[str, Any]
                         pass_threshold=settings.pass_threshold)
     generated = generator.stats["generated_tokens"] - tokens0
     summary.update({
-        "output": str(output), "num_generations": settings.num_generations, "tasks": len(rows),
+        "output": str(output), "num_generations": settings.num_generations, "tasks": len(tasks),
         "this_run": {"rollouts": len(todo), "skipped_already_done": len(done),
                      "not_retried_terminal_failures": len(terminal), "failed": sum(new_failures.values()),
                      "failures_by_class": dict(new_failures), "seconds": round(elapsed, 2),

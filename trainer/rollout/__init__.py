@@ -1,0 +1,1 @@
+"""The trainer's rollout wing: row -> task -> episode -> sample -> group (docs/trainer-rollout.md)."""
