@@ -28,7 +28,7 @@ pytest.importorskip("transformers")
 
 def start_model_server(tmp_path: Path, source: str, *args: str, timeout: float = 180) -> tuple[subprocess.Popen, dict]:
     ready = tmp_path / f"ready-{time.monotonic_ns()}.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-m", "servers.cli", "model", "serve", source, "--port", "0",
                              "--ready-file", str(ready), *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
