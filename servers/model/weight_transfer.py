@@ -18,7 +18,7 @@ Calling them out of order is a 409, as in vLLM. Two backends, chosen at start
   gives). Unpickling runs code from the request, so — as in vLLM — it is refused unless the server
   runs with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (bind to loopback). The weights are copied out
   of the trainer's memory before ``/update_weights`` answers (the trainer may free them after).
-  Not exercised by this repository's tests: there is no GPU here.
+  Tested on a GPU only (tests/model_server/test_ipc_transfer_cuda.py; CI has none).
 """
 
 from __future__ import annotations
