@@ -37,7 +37,7 @@ def test_kill_and_resume_loses_and_repeats_no_prompt(tmp_path):
     rows = arithmetic_rows(60, 2)
     train = tmp_path / "train.jsonl"
     train.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    steps, B = 6, 2
+    steps, B = 16, 2  # long enough that the kill at step 2 lands mid-run on a fast, quiet machine
     (tmp_path / "fleet").mkdir()
     with Fleet(["math"], log_dir=tmp_path / "fleet") as fleet:
         cmd = [sys.executable, "-m", "trainer.cli", "run", f"data.train_data_path={train}", "data.blend=null",
@@ -66,7 +66,7 @@ def test_kill_and_resume_loses_and_repeats_no_prompt(tmp_path):
         assert "resumed from" in out.stdout
         # ... until the next run starts and removes the folders whose owner pid is dead
         assert not any(d.exists() for d in left) and "weight folder(s) of dead runs" in out.stdout
-    final = json.loads((ckpt / "step_000006" / "state.json").read_text())
+    final = json.loads((ckpt / f"step_{steps:06d}" / "state.json").read_text())
     consumed = final["buffer"]["consumed"]
     # every prompt trained exactly once, in the data order (shuffle off): nothing lost, nothing repeated
     assert consumed == [str(i) for i in range(steps * B)]  # task ids: the rows' positions
