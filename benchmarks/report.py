@@ -114,6 +114,13 @@ def _gpu_decode(r: dict[str, Any]) -> str:
     return text
 
 
+def _decode_compile(r: dict[str, Any]) -> str:
+    e = r["engine"]
+    return (f"{n(e['tokens_s'])} tokens/s with compiled steps vs {n(r['engine_uncompiled']['tokens_s'])} without "
+            f"({r['compile_speedup']:.2f}×, same process), {n(r['server']['tokens_s'])} through `envs model serve "
+            f"--compile`")
+
+
 def _spread(s: dict[str, float]) -> str:
     return f"{s['mean']:.2f} ± {s['std']:.2f}"
 
@@ -179,6 +186,8 @@ FIGURES = (
            _gpu_decode, "≥ 50,000 tokens/s through the server"),
     Figure("gpu_decode_qwen2_5-1_5b", "decode engine on a GPU, Qwen2.5-1.5B geometry, 256 rows × 256 new tokens",
            _gpu_decode, "≥ 10× the old loop (3,300–8,700, issue 28)"),
+    Figure("decode_cpu_compile", "decode engine on CPU, tiny preset, 16 rows × 64 new tokens, `--compile`",
+           _decode_compile, "report"),
     Figure("tiny_learning", "`driver run --blend tiny`, several seeds", _tiny, "every seed +0.25, every env rising"),
     Figure("tiny_tools_learning", "`driver run --blend tiny_tools -c tiny_tools`", _tiny_tools, "rising on every seed"),
     Figure("dpo_hallucination", "DPO against tool hallucination", _dpo, "rate falls"),
