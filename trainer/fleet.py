@@ -7,7 +7,9 @@ port 0 and ``envs serve`` writes the URL it actually got to the ready file once 
 answers 200, so there is no free-port race and no second ready protocol. Servers are stopped
 with SIGTERM (``envs serve`` forwards it: in-flight work drains), then SIGKILL of the process
 group after a grace period; ``Fleet`` is a context manager, so an interrupted run does not
-leave servers behind.
+leave servers behind, and each server gets SIGTERM from the kernel if the process that started it
+dies without stopping it (trainer/child_servers.py). :meth:`Fleet.check` raises
+:class:`~trainer.child_servers.ServerExited` for a server that is no longer running.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainer.child_servers import check_running, ending_with_this_process
 
 
 def override_pairs(overrides: dict[str, Any], prefix: str = "") -> list[str]:
@@ -105,7 +109,7 @@ class Fleet:
                "--host", "127.0.0.1", "--workers", "1", "--ready-file", str(ready)]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                ending_with_this_process(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 start_new_session=True,  # a Ctrl-C in the driver's terminal is handled by the driver, not each server
             )
@@ -129,6 +133,11 @@ class Fleet:
                 raise FleetError(f"environment server {env!r} not ready after {self.start_timeout_s:g}s (log: {log_path})")
             time.sleep(0.05)
 
+    def check(self) -> None:
+        """Raise :class:`~trainer.child_servers.ServerExited` if a started server has exited."""
+        for server in self.servers.values():
+            check_running(f"the environment server {server.env!r}", "envs serve", server.process, server.log_path)
+
     def kill(self, env: str) -> None:
         """Kill one server hard, with its ``envs serve`` supervisor (tests simulate a crashed
         environment with it)."""
@@ -148,7 +157,8 @@ class Fleet:
             try:
                 server.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _kill_group(server.process)
+                pass
+            _kill_group(server.process)  # what outlived it in its group (the workers of a supervisor that was killed)
         self.servers.clear()
 
 

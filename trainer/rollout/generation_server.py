@@ -9,7 +9,10 @@ serves the policy's model (``tiny`` with the run's seed; a tiny geometry from
 is); which weights it starts with does not matter, the trainer pushes its own before the first
 batch. It binds port 0 and says its URL through ``--ready-file``; its output goes to
 ``<log_dir>/generation_server.log``. It runs in its own session (a Ctrl-C in the driver's terminal
-is the driver's to handle) and is stopped with SIGTERM, then SIGKILL of its process group.
+is the driver's to handle) and is stopped with SIGTERM, then SIGKILL of its process group; it gets
+SIGTERM from the kernel if the driver dies without stopping it, and :meth:`GenerationServer.check`
+raises :class:`~trainer.child_servers.ServerExited` once it is no longer running
+(trainer/child_servers.py).
 
 Placement (:func:`placement`): the trainer on ``policy.device``; the server on
 ``policy.generation.server.device`` (``auto``: the trainer's device, one GPU shared) or another
@@ -26,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from trainer.child_servers import check_running, ending_with_this_process
 
 if TYPE_CHECKING:
     from trainer.config import MasterConfig
@@ -119,12 +124,20 @@ class GenerationServer:
         load_policy(self._cfg, None, device="cpu").save(folder)
         return str(folder.resolve()), []
 
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / "generation_server.log"
+
+    def check(self) -> None:
+        """Raise :class:`~trainer.child_servers.ServerExited` if the started server has exited."""
+        check_running("the generation server", "envs model serve", self.process, self.log_path)
+
     def start(self) -> str:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._ready_file.unlink(missing_ok=True)
-        log_path = self.log_dir / "generation_server.log"
+        log_path = self.log_path
         with open(log_path, "wb") as log:
-            self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            self.process = subprocess.Popen(ending_with_this_process(self.argv()), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
         deadline = time.monotonic() + self.start_timeout_s
         while self.url is None:

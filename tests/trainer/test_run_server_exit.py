@@ -1,0 +1,119 @@
+"""The servers a real `driver run` starts, killed as a crash or the OOM killer would kill them:
+
+* a server that dies mid-run (an environment server, the generation server) ends the run with one
+  line that names it, its log and where the run stopped, status 1, no traceback, no hang, and no
+  process of the run left;
+* a driver killed with SIGKILL (no cleanup of its own) takes its servers with it: the kernel sends
+  them SIGTERM (trainer/child_servers.py).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trainer.grpo.synthetic import arithmetic_rows
+
+pytest.importorskip("ray")
+
+
+def _start(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, Path, Path]:
+    rows = [{**r, "env": "math"} for r in arithmetic_rows(60, 5)]
+    for r in rows:
+        r.pop("agent_ref")
+    train = tmp_path / "train.jsonl"
+    train.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "trainer.cli", "run", "--no-resume", f"data.train_data_path={train}", "data.blend=null",
+           f"logger.log_dir={run}", "logger.progress_bar=false", "grpo.max_num_steps=500", "grpo.num_prompts_per_step=2",
+           "grpo.num_generations_per_prompt=4", "grpo.val_period=0", "grpo.val_at_start=false",
+           "policy.warm_start.num_steps=2", "checkpointing.save_period=1000", "policy.generation_batch_size=1", *overrides]
+    out = tmp_path / "out.txt"
+    with open(out, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd(), start_new_session=True)
+    return proc, run, out
+
+
+def _wait_for_training(proc: subprocess.Popen, run: Path, out: Path) -> None:
+    deadline = time.monotonic() + 180
+    metrics = run / "metrics.jsonl"
+    while not (metrics.exists() and any("train/reward" in x for x in metrics.read_text().splitlines())):
+        assert proc.poll() is None, out.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "no training step in time:\n" + out.read_text(errors="replace")[-3000:]
+        time.sleep(0.2)
+
+
+def _server(kids: list[psutil.Process], words: str) -> psutil.Process:
+    return next(k for k in kids if words in " ".join(k.cmdline()))
+
+
+def _end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.mark.parametrize("which", ["envs serve", "envs model serve"])
+def test_a_server_that_dies_mid_run_ends_it_with_one_line(tmp_path, which):
+    backend = ["policy.generation.backend=server"] if which == "envs model serve" else []
+    proc, run, out = _start(tmp_path, *backend)
+    try:
+        _wait_for_training(proc, run, out)
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        victim = _server(kids, "serve math --host" if which == "envs serve" else "model serve")
+        victim.kill()  # the server process alone, as a crash: not its group
+        rc = proc.wait(timeout=90)  # no hang
+    finally:
+        _end(proc)
+    text = out.read_text(errors="replace")
+    assert rc == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    last = text.strip().splitlines()[-1]
+    what = "the environment server 'math'" if which == "envs serve" else "the generation server"
+    log = run / ("env_logs/math.log" if which == "envs serve" else "generation_server.log")
+    assert last.startswith(f"driver run: {what} ({which}, pid {victim.pid}) was killed by SIGKILL during the run; "
+                           f"its log: {log} (last line: "), last
+    assert "; stopped at step " in last and last.endswith("fix the cause, then rerun the same command"), last
+    error_log = (run / "error.log").read_text()
+    assert f"pid {victim.pid}" in error_log and f"the last lines of {log}:" in error_log
+    assert not (run / "summary.json").exists()  # it did not pass for a finished run
+    step = int(last.split("; stopped at step ")[1].split(";")[0])
+    if "final checkpoint written" in last:  # a rerun resumes there
+        state = json.loads((run / "checkpoints" / f"step_{step:06d}" / "state.json").read_text())
+        assert state["step"] == step
+    # samples the dead server cut short were masked with a failure class, never scored
+    for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
+        if "train/failed_frac" in row:
+            assert row["train/failed_frac"] == row["train/masked_frac"], row
+    _, alive = psutil.wait_procs(kids, timeout=30)
+    assert not alive, [(k.pid, k.cmdline()) for k in alive]
+
+
+def test_a_killed_driver_takes_its_servers_with_it(tmp_path):
+    """SIGKILL leaves the driver no chance to stop anything: its environment servers (each with its
+    workers) and its generation server end anyway. (Ray's own processes end by Ray's fate sharing;
+    its agents can take a minute or two, so they are not waited for here.)"""
+    proc, run, out = _start(tmp_path, "policy.generation.backend=server")
+    ours: list[psutil.Process] = []
+    try:
+        _wait_for_training(proc, run, out)
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        servers = [k for k in kids if "servers.cli" in " ".join(k.cmdline())]
+        ours = [*servers, *(c for s in servers for c in s.children(recursive=True))]
+        assert _server(servers, "serve math --host") and _server(servers, "model serve")
+        proc.kill()
+        proc.wait(timeout=10)
+        _, alive = psutil.wait_procs(ours, timeout=30)
+        assert not alive, [(k.pid, k.cmdline()) for k in alive]
+    finally:
+        _end(proc)
+        for k in ours:  # whatever a failure left behind
+            try:
+                k.kill()
+            except psutil.NoSuchProcess:
+                pass
