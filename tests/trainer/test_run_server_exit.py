@@ -30,7 +30,7 @@ def _start(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, Path, Pat
     train.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "trainer.cli", "run", "--no-resume", f"data.train_data_path={train}", "data.blend=null",
-           f"logger.log_dir={run}", "logger.progress_bar=false", "grpo.max_num_steps=500", "grpo.num_prompts_per_step=2",
+           f"logger.log_dir={run}", "logger.progress_bar=false", "grpo.max_num_steps=100000", "grpo.num_prompts_per_step=2",
            "grpo.num_generations_per_prompt=4", "grpo.val_period=0", "grpo.val_at_start=false",
            "policy.warm_start.num_steps=2", "checkpointing.save_period=1000", "policy.generation_batch_size=1", *overrides]
     out = tmp_path / "out.txt"

@@ -261,7 +261,7 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         '  for pid in "$@"; do kill -KILL "$pid" 2>/dev/null; done; wait "$@" 2>/dev/null',
         "}",
         "cleanup() {",
-        "  local rc=$?; trap - EXIT INT TERM",
+        "  local rc=$?; trap - EXIT; trap '' INT TERM  # a second signal must not cut the stop short (Ray left running)",
         '  [ -n "$TRAINER_PID" ] && stop_role trainer 60 "$TRAINER_PID"  # the trainer checkpoints on SIGTERM',
         '  log "stopping the environment servers and Ray"',
         '  stop_role fleet 45 "${FLEET_PIDS[@]}"',
