@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trainer.config import MasterConfig, WarmStartConfig, to_yaml
+from trainer.config import MasterConfig, to_yaml
 from trainer.grpo import actors, checkpoint
 from trainer.child_servers import ServerExited
 from trainer.grpo.interrupt import NO_STOP, RunFailed, RunInterrupted, StopRequest, as_run_interrupted, first_line
-from trainer.grpo.metrics import MetricsLogger, read_jsonl
+from trainer.grpo.metrics import LAG_KEYS, MetricsLogger, lag_summary, read_jsonl
 from trainer.grpo.versions import check_versions
+from trainer.grpo.warm_start import target_missed
 from trainer.grpo.weight_sync import WeightTransport, make_transport
 from trainer.rollout.generation_server import GenerationServer
 from trainer.rollout.task import Task
@@ -167,7 +168,7 @@ class _Run:
             print(f"warm start: {ws.get('warm_start/steps')} steps, loss {ws.get('warm_start/first_loss', 0):.3f} -> "
                   f"{ws.get('warm_start/final_loss', 0):.3f}, exact-match accuracy "
                   f"{ws.get('warm_start/final_accuracy', 0):.2f}", flush=True)
-            missed = _warm_start_target_missed(cfg.policy.warm_start, ws)
+            missed = target_missed(cfg.policy.warm_start, ws)
             if missed:
                 print(f"warning: {missed}", flush=True)
         return 0
@@ -207,7 +208,7 @@ class _Run:
         m.update({"timing/train/total_step_time": t3 - t0, "timing/train/idle/buffer_starvation": t1 - t0,
                   "timing/train/policy_training_wall": t2 - t1, "timing/train/weight_sync": t3 - t2})
         result.steps_done = step + 1
-        self.lags.append({k: m[k] for k in _LAG_KEYS})
+        self.lags.append({k: m[k] for k in LAG_KEYS})
         done = step + 1 == cfg.grpo.max_num_steps
         if (cfg.grpo.val_period > 0 and (step + 1) % cfg.grpo.val_period == 0) or (done and cfg.grpo.val_at_end):
             v = self.validate()
@@ -371,44 +372,10 @@ def _warm_start(cfg: MasterConfig, comps: actors.Components, to: float) -> dict[
     return state["summary"]
 
 
-def _warm_start_target_missed(ws_cfg: WarmStartConfig, ws: dict[str, Any]) -> str | None:
-    """What to tell the user when the warm start used all its steps short of its target: RL then
-    starts from a weaker policy than the recipe assumes (often with no reward signal at all)."""
-    if not ws.get("warm_start/steps") or ws["warm_start/steps"] < ws_cfg.num_steps:
-        return None  # stopped early: a target was reached
-    short = []
-    if ws_cfg.target_accuracy is not None and ws["warm_start/final_accuracy"] < ws_cfg.target_accuracy:
-        short.append(f"exact-match accuracy {ws['warm_start/final_accuracy']:.2f} < target {ws_cfg.target_accuracy}")
-    if ws_cfg.target_loss is not None and ws["warm_start/final_loss"] > ws_cfg.target_loss:
-        short.append(f"loss {ws['warm_start/final_loss']:.3f} > target {ws_cfg.target_loss}")
-    if not short:
-        return None
-    return (f"the warm start used all {ws_cfg.num_steps} steps short of its target ({'; '.join(short)}); "
-            "RL starts from a weaker policy than the recipe assumes: raise policy.warm_start.num_steps, or "
-            "lower policy.warm_start.lr if the loss fell and then spiked back up (blends/README.md: tiny_tools)")
-
-
 def _progress(total: int, initial: int, enabled: bool) -> Any:
     from trainer.progress import progress
 
     return progress(total, initial=initial, desc="GRPO", unit="step", enabled=enabled)
-
-
-_LAG_KEYS = ("async/lag_mean", "async/lag_max", "async/token_lag_mean", "async/token_lag_max",
-             "async/mixed_version_samples_frac")
-
-
-def lag_summary(lags: list[dict[str, float]]) -> dict[str, float]:
-    """The run's policy lag: mean/max over steps of the group lag (trained step - version that started
-    the group) and token lag (trained step - version that sampled the token), and the share of samples
-    whose tokens came from more than one weight version (what in-flight updates produce)."""
-    if not lags:
-        return {}
-    mean = lambda k: round(sum(x[k] for x in lags) / len(lags), 3)  # noqa: E731
-    return {"group_lag_mean": mean("async/lag_mean"), "group_lag_max": max(x["async/lag_max"] for x in lags),
-            "token_lag_mean": mean("async/token_lag_mean"), "token_lag_max": max(x["async/token_lag_max"] for x in lags),
-            "mixed_version_samples_frac": mean("async/mixed_version_samples_frac"),
-            "steps_with_mixed_versions": sum(x["async/mixed_version_samples_frac"] > 0 for x in lags)}
 
 
 def _push_weights(comps: actors.Components, version: int, to: float) -> None:
