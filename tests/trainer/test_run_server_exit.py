@@ -10,42 +10,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from trainer.grpo.synthetic import arithmetic_rows
+from tests.trainer.driver_process import start_run, wait_for_training
 
 pytest.importorskip("ray")
-
-
-def _start(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen, Path, Path]:
-    rows = [{**r, "env": "math"} for r in arithmetic_rows(60, 5)]
-    for r in rows:
-        r.pop("agent_ref")
-    train = tmp_path / "train.jsonl"
-    train.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "trainer.cli", "run", "--no-resume", f"data.train_data_path={train}", "data.blend=null",
-           f"logger.log_dir={run}", "logger.progress_bar=false", "grpo.max_num_steps=100000", "grpo.num_prompts_per_step=2",
-           "grpo.num_generations_per_prompt=4", "grpo.val_period=0", "grpo.val_at_start=false",
-           "policy.warm_start.num_steps=2", "checkpointing.save_period=1000", "policy.generation_batch_size=1", *overrides]
-    out = tmp_path / "out.txt"
-    with open(out, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd(), start_new_session=True)
-    return proc, run, out
-
-
-def _wait_for_training(proc: subprocess.Popen, run: Path, out: Path) -> None:
-    deadline = time.monotonic() + 180
-    metrics = run / "metrics.jsonl"
-    while not (metrics.exists() and any("train/reward" in x for x in metrics.read_text().splitlines())):
-        assert proc.poll() is None, out.read_text(errors="replace")[-3000:]
-        assert time.monotonic() < deadline, "no training step in time:\n" + out.read_text(errors="replace")[-3000:]
-        time.sleep(0.2)
 
 
 def _server(kids: list[psutil.Process], words: str) -> psutil.Process:
@@ -61,9 +32,9 @@ def _end(proc: subprocess.Popen) -> None:
 @pytest.mark.parametrize("which", ["envs serve", "envs model serve"])
 def test_a_server_that_dies_mid_run_ends_it_with_one_line(tmp_path, which):
     backend = ["policy.generation.backend=server"] if which == "envs model serve" else []
-    proc, run, out = _start(tmp_path, *backend)
+    proc, run, out = start_run(tmp_path, *backend)
     try:
-        _wait_for_training(proc, run, out)
+        wait_for_training(proc, run, out)
         kids = psutil.Process(proc.pid).children(recursive=True)
         victim = _server(kids, "serve math --host" if which == "envs serve" else "model serve")
         victim.kill()  # the server process alone, as a crash: not its group
@@ -98,10 +69,10 @@ def test_a_killed_driver_takes_its_servers_with_it(tmp_path):
     """SIGKILL leaves the driver no chance to stop anything: its environment servers (each with its
     workers) and its generation server end anyway. (Ray's own processes end by Ray's fate sharing;
     its agents can take a minute or two, so they are not waited for here.)"""
-    proc, run, out = _start(tmp_path, "policy.generation.backend=server")
+    proc, run, out = start_run(tmp_path, "policy.generation.backend=server")
     ours: list[psutil.Process] = []
     try:
-        _wait_for_training(proc, run, out)
+        wait_for_training(proc, run, out)
         kids = psutil.Process(proc.pid).children(recursive=True)
         servers = [k for k in kids if "servers.cli" in " ".join(k.cmdline())]
         ours = [*servers, *(c for s in servers for c in s.children(recursive=True))]
