@@ -39,7 +39,7 @@ class ServerExited(RuntimeError):
     def __init__(self, what: str, command: str, pid: int, returncode: int, log_path: Path | None):
         self.what, self.command, self.pid, self.returncode, self.log_path = what, command, pid, returncode, log_path
         self.log_tail = log_tail(log_path) if log_path else []
-        super().__init__(f"{what} ({command}, pid {pid}) {describe_exit(returncode)} during the run")
+        super().__init__(f"{what} ({command}, pid {pid}) {describe_exit(returncode)}")
 
     def where_to_look(self) -> str:
         """Its log and the log's last line."""

@@ -42,7 +42,14 @@ def override_pairs(overrides: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 class FleetError(RuntimeError):
-    pass
+    """A server that did not start. ``str()``: what happened and the end of its log; ``line``: what
+    happened in one line, with where its log is and the log's last line."""
+
+    def __init__(self, message: str, log_path: Path | None = None, tail: str = ""):
+        super().__init__(f"{message}:\n{tail}" if tail else message)
+        last = tail.strip().splitlines()[-1].strip() if tail.strip() else ""
+        self.line = (message + (f"; its log: {log_path}" if log_path else "")
+                     + (f" (last line: {last[:300]})" if last else ""))
 
 
 @dataclass
@@ -127,10 +134,11 @@ class Fleet:
                     pass  # written whole then renamed, so this is a file of someone else's: keep waiting
             if process.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-3000:]
-                raise FleetError(f"environment server {env!r} exited with {process.returncode} before it was ready:\n{tail}")
+                raise FleetError(f"environment server {env!r} exited with {process.returncode} before it was ready",
+                                 log_path, tail)
             if time.monotonic() > deadline:
                 _kill_group(process)
-                raise FleetError(f"environment server {env!r} not ready after {self.start_timeout_s:g}s (log: {log_path})")
+                raise FleetError(f"environment server {env!r} not ready after {self.start_timeout_s:g}s", log_path)
             time.sleep(0.05)
 
     def check(self) -> None:

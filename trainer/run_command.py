@@ -272,7 +272,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for problem in judge_problems:
             print(f"driver run: {problem}", file=sys.stderr)
         return 2
-    from trainer.fleet import Fleet
+    from trainer.fleet import Fleet, FleetError
     from trainer.grpo.engine import run_grpo
     from trainer.grpo.interrupt import RunFailed, StopRequest, as_run_interrupted
 
@@ -292,6 +292,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                               watch=[fleet.check] if fleet is not None else [])
         except GenerationServerError as exc:  # the generation server this run starts did not come up
             print(f"driver run: {exc}", file=sys.stderr)
+            return 1
+        except FleetError as exc:  # an environment server did not come up
+            print(f"driver run: {exc.line}", file=sys.stderr)
             return 1
         except RunFailed as exc:  # a server it started exited, a component failed: one line, the rest in error.log
             print(f"driver run: {stopped_message(exc, cfg)}", file=sys.stderr, flush=True)

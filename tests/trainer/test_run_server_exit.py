@@ -88,3 +88,15 @@ def test_a_killed_driver_takes_its_servers_with_it(tmp_path):
                 k.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def test_a_generation_server_that_cannot_start_is_one_line_naming_its_log(tmp_path):
+    from trainer.config import load_config
+    from trainer.rollout.generation_server import GenerationServer, GenerationServerError
+
+    cfg = load_config("tiny", ["policy.generation.backend=server", "policy.generation.server.device=cuda:99"])
+    with pytest.raises(GenerationServerError) as err:
+        GenerationServer(cfg, tmp_path).start()
+    text = str(err.value)
+    assert "\n" not in text and "the generation server (envs model serve, pid " in text, text
+    assert f"before it was ready; its log: {tmp_path / 'generation_server.log'} (last line: envs model serve: " in text

@@ -72,7 +72,7 @@ def run_grpo(cfg: MasterConfig, train: list[Task], val: list[Task], urls: dict[s
         raise exc from None
     except ServerExited as exited:
         tail = "\n".join([f"the last lines of {exited.log_path}:", *exited.log_tail]) if exited.log_tail else ""
-        raise run.failed(RunFailed(f"{exited}; {exited.where_to_look()}", tail)) from exited
+        raise run.failed(RunFailed(f"{exited} during the run; {exited.where_to_look()}", tail)) from exited
     except RunFailed as failed:
         raise run.failed(failed)
     except (TimeoutError, RayError) as err:  # a component stopped answering, or its process died

@@ -60,10 +60,14 @@ class RunFailed(RuntimeError):
 
     @classmethod
     def of(cls, err: BaseException) -> "RunFailed":
-        """From an exception that ended the run: its line, and its traceback as the detail."""
+        """From an exception that ended the run: its line, and its traceback as the detail. An
+        exception raised inside a Ray actor's method is named with the method."""
         import traceback
 
-        return cls(first_line(err), "".join(traceback.format_exception(err)))
+        cause = getattr(err, "cause", None)  # ray.exceptions.RayTaskError: what the method raised
+        line = (f"{getattr(err, 'function_name', 'a Ray task')} raised {type(cause).__name__}: {first_line(cause)}"
+                if isinstance(cause, BaseException) else first_line(err))
+        return cls(line, "".join(traceback.format_exception(err)))
 
 
 def first_line(err: BaseException | str, limit: int = 400) -> str:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.child_servers import check_running, ending_with_this_process
+from trainer.child_servers import ServerExited, check_running, ending_with_this_process
 
 if TYPE_CHECKING:
     from trainer.config import MasterConfig
@@ -147,10 +147,10 @@ class GenerationServer:
                     break
                 except (ValueError, KeyError):
                     pass  # being written: read it again
-            if self.process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise GenerationServerError(f"the generation server (envs model serve) exited with "
-                                            f"{self.process.returncode} before it was ready:\n{tail}")
+            if self.process.poll() is not None:  # one line: how it ended, its log and the log's last line
+                exited = ServerExited("the generation server", "envs model serve", self.process.pid,
+                                      self.process.returncode, log_path)
+                raise GenerationServerError(f"{exited} before it was ready; {exited.where_to_look()}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise GenerationServerError(f"the generation server was not ready after {self.start_timeout_s:g}s "
