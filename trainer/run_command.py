@@ -276,8 +276,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainer.grpo.engine import run_grpo
     from trainer.grpo.interrupt import RunFailed, StopRequest, as_run_interrupted
 
+    from trainer.reaper import start_reaper
+
     with StopRequest() as stop:
         fleet = None
+        reaper = start_reaper()  # ends what a killed driver leaves (Ray's agents and workers); stopped below
         try:
             if cfg.env.urls:
                 urls = dict(cfg.env.urls)
@@ -311,6 +314,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             if fleet is not None:
                 with stop.deferred():
                     fleet.stop()
+            if reaper is not None:  # this driver cleaned up itself: nothing for it to do
+                reaper.kill()
+                reaper.wait()
     print(format_summary(result.summary))
     return 0
 

@@ -65,21 +65,23 @@ def test_a_server_that_dies_mid_run_ends_it_with_one_line(tmp_path, which):
     assert not alive, [(k.pid, k.cmdline()) for k in alive]
 
 
-def test_a_killed_driver_takes_its_servers_with_it(tmp_path):
+def test_a_killed_driver_takes_its_servers_and_ray_with_it(tmp_path):
     """SIGKILL leaves the driver no chance to stop anything: its environment servers (each with its
-    workers) and its generation server end anyway. (Ray's own processes end by Ray's fate sharing;
-    its agents can take a minute or two, so they are not waited for here.)"""
+    workers) and its generation server get SIGTERM from the kernel and drain; Ray's head follows by
+    fate sharing; the reaper (trainer/reaper.py) ends Ray's agents and workers, which would outlive
+    the driver by a minute or more."""
     proc, run, out = start_run(tmp_path, "policy.generation.backend=server")
     ours: list[psutil.Process] = []
     try:
         wait_for_training(proc, run, out)
-        kids = psutil.Process(proc.pid).children(recursive=True)
-        servers = [k for k in kids if "servers.cli" in " ".join(k.cmdline())]
-        ours = [*servers, *(c for s in servers for c in s.children(recursive=True))]
+        ours = psutil.Process(proc.pid).children(recursive=True)
+        servers = [k for k in ours if "servers.cli" in " ".join(k.cmdline())]
         assert _server(servers, "serve math --host") and _server(servers, "model serve")
+        assert _server(ours, "trainer.reaper") and any(k.name() == "raylet" for k in ours)
+        assert any("DashboardAgent" in " ".join(k.cmdline()) for k in ours)
         proc.kill()
         proc.wait(timeout=10)
-        _, alive = psutil.wait_procs(ours, timeout=30)
+        _, alive = psutil.wait_procs(ours, timeout=45)
         assert not alive, [(k.pid, k.cmdline()) for k in alive]
     finally:
         _end(proc)
