@@ -1,6 +1,8 @@
 """The servers `driver run` starts on this machine — the environment servers (``envs serve``,
 trainer/fleet.py) and the generation server (``envs model serve``, trainer/rollout/generation_server.py):
-how they are started so that they end with the driver, and how one that exits is reported.
+how they are started so that they end with the driver, and how one that exits is reported. The
+same tie keeps an attached local job's script to `driver run --run` (trainer/launch/submit.py) and
+each job step's child to its leader (trainer/launch/node_process.py).
 
 Ending with the driver. Each server leads its own session (a Ctrl-C in the driver's terminal is the
 driver's to handle: it stops the servers in order, after its final checkpoint). A driver that dies
