@@ -9,7 +9,9 @@ generations), ``--new-tokens`` tokens per row (end tokens ignored, temperature 1
 
 * ``engine``: ``DecodeEngine.run`` in process; ``server``: the same batch as HTTP requests to
   ``envs model serve`` (one request per prompt with ``n`` = generations), the trainer's path; each
-  is run once to warm up (CUDA graph capture) and then timed;
+  is run once to warm up (compilation, CUDA graph capture) and then timed; with ``--compile`` both
+  decode through ``torch.compile``d steps and ``engine_uncompiled`` is the same engine without, run
+  first in the same process (``compile_speedup`` = the ratio);
 * ``bandwidth_limit_tokens_s``: rows / (bytes a decode step must read: every weight once + the mean
   KV cache of the rows / the device's memory bandwidth); ``fraction_of_limit`` = tokens/s / that;
 * ``generate``: ``model.generate`` (sampling, same shape), the baseline;
@@ -107,15 +109,16 @@ def bandwidth_limit(model: Any, rows: int, prompt: int, new: int, bandwidth: flo
             "bandwidth_limit_tokens_s": rows * bandwidth / step_bytes}
 
 
-def run_engine(model: Any, tok: Any, prompts: list[list[int]], k: int, new: int, eager: bool, device: str) -> dict:
+def run_engine(model: Any, tok: Any, prompts: list[list[int]], k: int, new: int, eager: bool, device: str,
+               compile: bool = False) -> dict:
     from servers.model.engine import DecodeEngine, EngineRequest
     from servers.model.sampling import SamplingParams
 
-    engine = DecodeEngine(model, tok, graphs=not eager)
+    engine = DecodeEngine(model, tok, graphs=not eager, compile=compile)
     requests = [EngineRequest(p, SamplingParams(max_new_tokens=new, temperature=1.0, seed=i * k + j, ignore_eos=True))
                 for i, p in enumerate(prompts) for j in range(k)]
     t = time.perf_counter()
-    engine.run(requests)  # warm-up: graph capture, allocations
+    engine.run(requests)  # warm-up: compilation, graph capture, allocations
     sync(device)
     cold = time.perf_counter() - t
     engine.stats.update(prefill_s=0.0, decode_s=0.0, host_syncs=0, decode_steps=0)
@@ -124,13 +127,17 @@ def run_engine(model: Any, tok: Any, prompts: list[list[int]], k: int, new: int,
     sync(device)
     wall = time.perf_counter() - t
     tokens = sum(len(o.token_ids) for o in outs)
-    return {"tokens_s": tokens / wall, "first_batch_tokens_s": tokens / cold, "tokens": tokens, "seconds": wall,
-            "prefill_s": engine.stats["prefill_s"], "host_syncs": engine.stats["host_syncs"],
-            "decode_steps": engine.stats["decode_steps"], "decode": engine.kind}
+    result = {"tokens_s": tokens / wall, "first_batch_tokens_s": tokens / cold, "first_batch_s": cold, "tokens": tokens,
+              "seconds": wall, "prefill_s": engine.stats["prefill_s"], "host_syncs": engine.stats["host_syncs"],
+              "decode_steps": engine.stats["decode_steps"], "decode": engine.kind}
+    del engine  # its KV cache and captured graphs, before the next engine allocates its own
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return result
 
 
 def run_server(model: Any, tok: Any, prompts: list[list[int]], k: int, new: int, eager: bool, device: str,
-               geometry: str, threads: int) -> dict:
+               geometry: str, threads: int, compile: bool = False) -> dict:
     from servers.model.rl_client import GenerationClient
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -145,7 +152,8 @@ def run_server(model: Any, tok: Any, prompts: list[list[int]], k: int, new: int,
                str(len(prompts) * k), "--max-wait-ms", "200", "--ready-file", str(ready), "--engine", "verigym",
                "--cpu-threads", str(threads)]
         log = open(Path(tmp) / "server.log", "wb")
-        proc = subprocess.Popen(cmd + (["--enforce-eager"] if eager else []), cwd=REPO, stderr=log,
+        proc = subprocess.Popen(cmd + (["--enforce-eager"] if eager else []) + (["--compile"] if compile else []),
+                                cwd=REPO, stderr=log,
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
         try:
             deadline = time.monotonic() + 600
@@ -231,6 +239,9 @@ def main() -> None:
     ap.add_argument("--device", default="auto", help="auto (cuda if visible), cpu, cuda, cuda:N")
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU), bfloat16, float32")
     ap.add_argument("--enforce-eager", action="store_true", help="decode steps eagerly (no CUDA graphs)")
+    ap.add_argument("--compile", action="store_true",
+                    help="decode steps through torch.compile (engine and server); the engine is also run without, "
+                         "in the same process, for the ratio")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: server,generate,train")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads here and in the server (0: torch's default)")
     args = ap.parse_args()
@@ -247,16 +258,22 @@ def main() -> None:
     rows = args.prompts * args.generations
     bandwidth, source, peak = device_figures(device)
     limit = bandwidth_limit(model, rows, args.prompt_tokens, args.new_tokens, bandwidth)
-    engine = run_engine(model, tok, prompts, args.generations, args.new_tokens, args.enforce_eager, device)
+    plain = run_engine(model, tok, prompts, args.generations, args.new_tokens, args.enforce_eager, device) \
+        if args.compile else None
+    engine = run_engine(model, tok, prompts, args.generations, args.new_tokens, args.enforce_eager, device,
+                        compile=args.compile)
     result: dict[str, Any] = {
         "benchmark": "gpu_decode", "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else
         "cpu", "torch": torch.__version__, "geometry": args.geometry, "dtype": str(dtype).split(".")[-1],
         "parameters": sum(p.numel() for p in model.parameters()), "rows": rows, "prompt_tokens": args.prompt_tokens,
         "new_tokens": args.new_tokens, "bandwidth_bytes_s": bandwidth, "bandwidth_source": source, **limit,
         "engine": engine, "fraction_of_limit": engine["tokens_s"] / limit["bandwidth_limit_tokens_s"]}
+    if plain is not None:
+        result["engine_uncompiled"] = plain
+        result["compile_speedup"] = engine["tokens_s"] / plain["tokens_s"]
     if "server" not in skip:
         server = run_server(model, tok, prompts, args.generations, args.new_tokens, args.enforce_eager, device,
-                            args.geometry, args.threads)
+                            args.geometry, args.threads, compile=args.compile)
         result["server"] = {**server, "fraction_of_limit": server["tokens_s"] / limit["bandwidth_limit_tokens_s"]}
     if "generate" not in skip:
         result["generate"] = run_generate(model, tok, prompts, args.generations, args.new_tokens, device)

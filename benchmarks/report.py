@@ -101,12 +101,17 @@ def _adversarial(r: dict[str, Any]) -> str:
 
 def _gpu_decode(r: dict[str, Any]) -> str:
     server, engine = r["server"], r["engine"]
-    train = r.get("train_step", {})
-    mfu = f", MFU {train['mfu']:.0%}" if train.get("mfu") else ""
-    return (f"{n(server['tokens_s'])} tokens/s through `envs model serve` ({server['fraction_of_limit']:.1%} of the "
+    text = (f"{n(server['tokens_s'])} tokens/s through `envs model serve` ({server['fraction_of_limit']:.1%} of the "
             f"{n(r['bandwidth_limit_tokens_s'])} bandwidth limit), {n(engine['tokens_s'])} in process "
-            f"({engine['decode']}); `generate` {n(r['generate']['tokens_s'])}; train step "
-            f"{n(train.get('tokens_s', 0))} tokens/s{mfu}")
+            f"({engine['decode']})")
+    if "compile_speedup" in r:  # --compile: the uncompiled engine ran in the same process
+        text += f", {r['compile_speedup']:.2f}× the uncompiled engine ({n(r['engine_uncompiled']['tokens_s'])})"
+    if "generate" in r:
+        text += f"; `generate` {n(r['generate']['tokens_s'])}"
+    train = r.get("train_step", {})
+    if train.get("tokens_s"):
+        text += f"; train step {n(train['tokens_s'])} tokens/s" + (f", MFU {train['mfu']:.0%}" if train.get("mfu") else "")
+    return text
 
 
 def _spread(s: dict[str, float]) -> str:

@@ -133,6 +133,10 @@ class GenerationConfig(_Section):
     # generation server, policy.generation.server). NeMo-RL's key; its values vllm/megatron are its own.
     backend: str = "local"
     server: GenerationServerConfig = Field(default_factory=GenerationServerConfig)
+    # verigym: decode steps through torch.compile (fused kernels; on a GPU, before CUDA-graph capture) in the
+    # engine verigym runs: the local generators', or the server the driver starts (`envs model serve --compile`).
+    # Each new batch shape compiles first (seconds on CPU, tens of seconds on a GPU).
+    compile: bool = False
 
     @field_validator("backend")
     @classmethod
@@ -146,6 +150,14 @@ class GenerationConfig(_Section):
         if value not in BACKENDS:
             raise ValueError(f"unknown generation backend {value!r}: use {' or '.join(sorted(BACKENDS))}")
         return value
+
+    @model_validator(mode="after")
+    def _check_compile(self) -> "GenerationConfig":
+        if self.compile and self.backend == "server" and self.server.url:
+            raise ValueError("policy.generation.compile sets the engine verigym starts; the server at "
+                             "policy.generation.server.url runs with its own flags (`envs model serve --compile`, "
+                             "or vLLM's own compilation)")
+        return self
 
 
 class WarmStartConfig(_Section):  # verigym: supervised warm start on gold answers before RL

@@ -156,6 +156,41 @@ def _hub_file(source: Source) -> Path:
             f"{source.hub.repo} {source.hub.file} --repo-type dataset`)") from None
 
 
+def planned_envs(blend: Blend, catalog: EnvCatalog | None = None) -> tuple[list[str], list[str]]:
+    """The environments a blend's rows route to, as far as they are known before data prep, without
+    downloading or generating anything: a ``generate`` source names its environment; a local file,
+    or a hub file already in the Hugging Face cache, is read and its rows routed as data prep routes
+    them. Returns (environments, labels of the sources not readable yet)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    routes = blend.routes((catalog if catalog is not None else env_catalog.installed()).routes())
+    envs: set[str] = set()
+    unknown: list[str] = []
+    for source in blend.sources:
+        if source.generate is not None:
+            envs.add(source.generate.env)
+            continue
+        if source.hub is not None:
+            try:
+                path = Path(hf_hub_download(source.hub.repo, source.hub.file, repo_type="dataset",
+                                            revision=source.hub.revision, local_files_only=True))
+            except (LocalEntryNotFoundError, OSError, ValueError):
+                unknown.append(source.label())
+                continue
+        else:
+            path = Path(source.path or "")
+            path = path if path.is_absolute() else blend.folder / path
+        if not path.is_file():
+            unknown.append(source.label())
+            continue
+        for loaded in _read_jsonl(path, source.label(), source.default_agent, []):
+            env = routes.env_for(loaded.row)
+            if env:
+                envs.add(env)
+    return sorted(envs), unknown
+
+
 def _read_jsonl(path: Path, label: str, default_agent: str | None,
                 rejected: list[Rejected]) -> Iterator[Loaded]:
     if not path.exists():

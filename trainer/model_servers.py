@@ -55,7 +55,10 @@ class ModelServerSetting(BaseModel):
     tensor_parallel: int = Field(1, ge=1)
     replicas: int = Field(1, ge=1, description="data-parallel copies behind the one URL")
     nodes: int | None = Field(None, ge=0, description="nodes it occupies (default: tensor_parallel x replicas / gpus per node)")
-    vllm_args: list[str] = Field(default_factory=list, description="extra `vllm serve` arguments")
+    vllm_args: list[str] = Field(default_factory=list, description="extra `vllm serve` arguments (engine vllm)")
+    cpu_threads: int | None = Field(None, ge=0, description="engine envs-model: torch's CPU threads (--cpu-threads; "
+                                    "default: torch's own choice, one per core). A server beside the fleet shares "
+                                    "the node's cores: 1-2 avoid threads spinning against the environment servers")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class ModelServer:
     replicas: int = 1
     nodes: int = 0                    # whole nodes it takes (0: runs beside the fleet, CPU)
     vllm_args: tuple[str, ...] = ()
+    cpu_threads: int | None = None    # envs-model: --cpu-threads
 
     def describe(self) -> str:
         envs = ", ".join(u.key for u in self.users)
@@ -187,6 +191,12 @@ def plan_model_servers(uses: list[JudgeUse], *, preset: Mapping[str, Any] | None
         # vLLM where there are GPUs or the setting asks for parallelism; else one `envs model serve` process
         engine = setting.engine or ("vllm" if gpus_per_node or setting.tensor_parallel * setting.replicas > 1
                                     else "envs-model")
+        foreign = "vllm_args" if engine == "envs-model" and setting.vllm_args else \
+            "cpu_threads" if engine == "vllm" and setting.cpu_threads is not None else None
+        if foreign:
+            plan.missing.append(f"{model}: {foreign} is not an option of engine {engine} (vllm_args: engine vllm; "
+                                "cpu_threads: engine envs-model)")
+            continue
         if engine == "vllm" and not gpus_per_node:
             plan.missing.append(f"{model}: engine vllm needs GPU nodes; this profile has no gpus_per_node "
                                 "(use engine = \"envs-model\" for a CPU model, or url = ...)")
@@ -200,7 +210,7 @@ def plan_model_servers(uses: list[JudgeUse], *, preset: Mapping[str, Any] | None
         plan.servers.append(ModelServer(model, "job", tuple(users), names.get(model, ""), engine=engine,
                                         source=resolve_source(setting.source) or model,
                                         tensor_parallel=setting.tensor_parallel, replicas=setting.replicas, nodes=nodes,
-                                        vllm_args=tuple(setting.vllm_args)))
+                                        vllm_args=tuple(setting.vllm_args), cpu_threads=setting.cpu_threads))
     return plan
 
 
@@ -209,8 +219,9 @@ def serve_argv(server: ModelServer, *, python: str, vllm: tuple[str, ...] = ("vl
     its node by trainer/launch/model_steps.py). ``in_ray``: vLLM runs inside the job's Ray cluster and
     places its engines there (NeMo-RL's jobs: every GPU the judges use is then one Ray knows is taken)."""
     if server.engine == "envs-model":
+        threads = ["--cpu-threads", str(server.cpu_threads)] if server.cpu_threads is not None else []
         return [python, "-m", "servers.cli", "model", "serve", str(server.source), "--served-model-name", server.model,
-                "--host", "{host}", "--port", "0", "--ready-file", "{ready_file}"]
+                "--host", "{host}", "--port", "0", "--ready-file", "{ready_file}", *threads]
     argv = [*vllm, "serve", str(server.source), "--served-model-name", server.model, "--host", "{host}", "--port", "{port}",
             "--tensor-parallel-size", str(server.tensor_parallel)]
     if server.replicas > 1:

@@ -47,6 +47,8 @@ class PolicyConfig(BaseModel):
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict,
                                                  description="Extra kwargs for apply_chat_template (enable_thinking...)")
+    compile_decode: bool = Field(False, description="the decode engine's steps through torch.compile "
+                                                    "(the GRPO engine passes its policy.generation.compile)")
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -68,7 +70,8 @@ def resolve_device(name: str) -> torch.device:
 class Policy:
     """Model + tokenizer + the weight version, shared by generation and training."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str, chat_template_kwargs: dict[str, Any] | None = None):
+    def __init__(self, model: Any, tokenizer: Any, *, name: str, chat_template_kwargs: dict[str, Any] | None = None,
+                 compile_decode: bool = False):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -78,6 +81,7 @@ class Policy:
         # step never runs on half-loaded weights.
         self.weights_lock = threading.RLock()
         self.decode_engine: Any = None  # servers.model.engine.DecodeEngine on this model (trainer.rollout.decode)
+        self.compile_decode = compile_decode  # policy.generation.compile: that engine's steps go through torch.compile
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
@@ -97,7 +101,8 @@ class Policy:
                 tokenizer.chat_template = CHATML_TOOLS_TEMPLATE
         model = model.to(resolve_device(config.device))  # everything else follows the parameters' device
         tokenizer.padding_side = "left"
-        return cls(model, tokenizer, name=config.model_name, chat_template_kwargs=config.chat_template_kwargs)
+        return cls(model, tokenizer, name=config.model_name, chat_template_kwargs=config.chat_template_kwargs,
+                   compile_decode=config.compile_decode)
 
     @property
     def device(self) -> torch.device:
@@ -152,7 +157,7 @@ def load_policy(cfg: Any, threads: int | None, device: str | None = None) -> Pol
         torch.set_num_threads(threads)
     p = cfg.policy
     kw: dict[str, Any] = {"model_name": p.model_name, "seed": cfg.grpo.seed, "precision": p.precision,
-                          "device": device or p.device}
+                          "device": device or p.device, "compile_decode": p.generation.compile}
     if p.model_name == "tiny" and p.hf_config_overrides:
         kw["tiny"] = TinyModelConfig(**p.hf_config_overrides)
     return Policy.load(PolicyConfig(**kw))

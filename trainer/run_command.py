@@ -93,7 +93,12 @@ def _load_data(cfg: MasterConfig, data_dir: str | None, dry_run: bool = False
         out = Path(data_dir) if data_dir else Path("data") / Path(cfg.data.blend).stem
         if dry_run:
             if not (out / "train.jsonl").is_file():
-                return [], [], [], ""
+                from trainer.data_prep import planned_envs
+
+                envs, unknown = planned_envs(blend)
+                note = "data: not prepared yet; environments from the blend's sources" + (
+                    f" ({', '.join(unknown)} not downloaded: its rows may name more)" if unknown else "")
+                return [], [], envs, note
             note = f"data: {out} (as prepared; a run re-checks it against the blend and the inputs it was prepared from)"
             manifest = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).is_file() else {}
         else:
@@ -141,12 +146,18 @@ def plan(cfg: MasterConfig, envs: list[str], n_train: int, n_val: int, said: tup
     g, a = cfg.grpo, cfg.grpo.async_grpo
     mode = (f"async, max_trajectory_age_steps={a.max_trajectory_age_steps}, in_flight_weight_updates={cfg.in_flight_updates}"
             if a.enabled else "synchronous baseline (same engine, max age 0)")
+    if cfg.env.urls:
+        to_start = "none (env.urls given: " + ", ".join(cfg.env.urls) + ")"
+    else:
+        to_start = ", ".join(envs) or ("none known before the data is prepared (its rows name them)" if not n_train
+                                       else "none")
+    epochs = f"{g.max_num_steps * g.num_prompts_per_step / n_train:.2f} epochs" if n_train else "epochs: once prepared"
     return "\n".join([
         *(line for line in said if line),
-        f"environments to start: {', '.join(envs) if not cfg.env.urls else 'none (env.urls given: ' + ', '.join(cfg.env.urls) + ')'}",
+        f"environments to start: {to_start}",
         f"data: {n_train} train rows, {n_val} validation rows (max_val_samples={g.max_val_samples})",
         f"steps: {g.max_num_steps} ({g.num_prompts_per_step} prompts x {g.num_generations_per_prompt} generations = "
-        f"{cfg.rollout_batch_size} rollouts/step; {g.max_num_steps * g.num_prompts_per_step / max(n_train, 1):.2f} epochs)",
+        f"{cfg.rollout_batch_size} rollouts/step; {epochs})",
         f"optimizer steps per GRPO step: {cfg.rollout_batch_size // cfg.global_batch_size} "
         f"(train_global_batch_size={cfg.global_batch_size}, micro batch {cfg.policy.train_micro_batch_size})",
         f"mode: {mode}",

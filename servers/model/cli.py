@@ -60,6 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "busy CPU, 1 avoids threads spinning against other processes")
     p.add_argument("--enforce-eager", action="store_true",
                    help="verigym engine: run decode steps eagerly instead of as captured CUDA graphs")
+    p.add_argument("--compile", action="store_true",
+                   help="verigym engine: decode steps through torch.compile (fused kernels, captured after on a GPU); "
+                        "each new batch shape compiles first (seconds on CPU, tens of seconds on a GPU)")
     p.add_argument("--ready-file", help="write {\"url\", \"model\"} here once serving")
     p.add_argument("--vllm-args", default="", help="extra arguments for `vllm serve`, one quoted string")
     p.set_defaults(func=cmd_model_serve)
@@ -103,6 +106,7 @@ def cmd_model_serve(args: argparse.Namespace) -> int:
                 ("--device", args.device, "auto"), ("--max-batch-size", args.max_batch_size, 16),
                 ("--max-wait-ms", args.max_wait_ms, 10.0), ("--max-queued", args.max_queued, 1024),
                 ("--max-tokens", args.max_tokens, 512), ("--enforce-eager", args.enforce_eager, False),
+                ("--compile", args.compile, False),
                 ("--cpu-threads", args.cpu_threads, 0))
                 if value != default]
             if unused:
@@ -136,9 +140,13 @@ async def _serve(args: argparse.Namespace) -> int:
     print(f"envs model serve: loading {args.source} ...", file=sys.stderr, flush=True)
     loaded = await asyncio.to_thread(load_model, args.source, device=args.device, dtype=args.dtype, seed=args.seed,
                                      served_name=args.served_model_name)
-    server = ModelServer(loaded, max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
-                         max_queued=args.max_queued, default_max_tokens=args.max_tokens,
-                         weight_transfer=args.backend, enforce_eager=args.enforce_eager)
+    try:
+        server = ModelServer(loaded, max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
+                             max_queued=args.max_queued, default_max_tokens=args.max_tokens,
+                             weight_transfer=args.backend, enforce_eager=args.enforce_eager, compile=args.compile)
+    except ValueError as exc:  # --compile on a model only the transformers forward runs
+        print(f"envs model serve: --compile: {exc}", file=sys.stderr)
+        return 2
     runner = web.AppRunner(server.make_app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)

@@ -51,9 +51,9 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> web.
 class ModelServer:
     def __init__(self, loaded: LoadedModel, *, max_batch_size: int = 16, max_wait_ms: float = 10.0,
                  max_queued: int = 1024, default_max_tokens: int = 512, weight_transfer: str | None = None,
-                 enforce_eager: bool = False):
+                 enforce_eager: bool = False, compile: bool = False):
         self.loaded = loaded
-        self.engine = DecodeEngine(loaded.model, loaded.tokenizer, graphs=not enforce_eager,
+        self.engine = DecodeEngine(loaded.model, loaded.tokenizer, graphs=not enforce_eager, compile=compile,
                                    stop_token_ids=loaded.stop_token_ids)
         self.scheduler = Scheduler(self.engine, max_batch_size=max_batch_size, max_wait_s=max_wait_ms / 1000,
                                    max_queued=max_queued)

@@ -107,3 +107,20 @@ def test_bf16_batches_decode_with_finite_logprobs():
     outs = engine.run([EngineRequest(prompts()[i % 4], q) for i, q in enumerate(params)])
     assert all(len(o.token_ids) == 32 and all(lp <= 0 and lp == lp for lp in o.logprobs) for o in outs)
     assert len({tuple(o.token_ids) for o in outs}) > 32  # different seeds sample different rows
+
+
+def test_compiled_captured_steps_equal_eager_steps_and_see_new_weights():
+    """torch.compile'd steps captured as CUDA graphs (``--compile``): the eager steps' tokens and logprobs
+    across two batch shapes, and a weight copy reaches the replayed compiled step."""
+    m = model(0)
+    compiled, eager = DecodeEngine(m, TOK, compile=True), DecodeEngine(m, TOK, graphs=False)
+    assert "CUDA graphs" in compiled.kind and "torch.compile" in compiled.kind
+    for n in (4, 3, 4):  # capture, a second shape (dynamic batch), replay
+        a, b = run(compiled, sampled(n)), run(eager, sampled(n))
+        for x, y in zip(a, b):
+            assert x.token_ids == y.token_ids and max(abs(u - v) for u, v in zip(x.logprobs, y.logprobs)) < 1e-4
+    assert "CUDA graphs" in compiled.kind  # capture of the compiled step did not fail
+    compiled.load_weights(dict(model(1).named_parameters()), version="2")
+    greedy = [SamplingParams(max_new_tokens=16, temperature=0, ignore_eos=True)] * 4
+    fresh = run(DecodeEngine(model(1), TOK, graphs=False), greedy)
+    assert [o.token_ids for o in run(compiled, greedy)] == [o.token_ids for o in fresh]

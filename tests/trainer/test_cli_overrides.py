@@ -40,3 +40,20 @@ def test_dry_run_with_overrides_after_flags(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "max_num_steps: 3" in out and "steps: 3 (" in out
 
+
+
+def test_a_dry_run_before_data_prep_plans_the_environments_the_blend_names(tmp_path, capsys):
+    """Without prepared data the plan still says which environments the run starts: generate sources
+    name theirs, local files are read and routed; a hub file not downloaded is said to be unknown."""
+    from trainer.cli import main
+
+    rc = main(["run", "--blend", "tiny", "--dry-run", "--data-dir", str(tmp_path / "none")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "environments to start: math, reasoning_gym\n" in out and "epochs: once prepared" in out
+    blend = tmp_path / "hub_only.yaml"  # a dataset no cache holds
+    blend.write_text("description: a hub source only\nsources:\n  - hub: {repo: verigym-tests/not-a-dataset, "
+                     "file: rows.jsonl}\n")
+    rc = main(["run", "--blend", str(blend), "--dry-run", "--data-dir", str(tmp_path / "none2")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "environments to start: none known before the data is prepared" in out
+    assert "hf://verigym-tests/not-a-dataset/rows.jsonl not downloaded" in out

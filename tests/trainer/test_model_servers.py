@@ -86,6 +86,18 @@ def test_serving_commands():
     tiny = plan_model_servers([_use("g", "tiny_genrm")], profile={"g": ModelServerSetting(model="tiny_genrm", source="x")})
     argv = serve_argv(tiny.servers[0], python="py")
     assert argv[:6] == ["py", "-m", "servers.cli", "model", "serve", "x"] and "{ready_file}" in argv
+    assert "--cpu-threads" not in argv  # torch's own choice unless the setting says
+    tiny = plan_model_servers([_use("g", "tiny_genrm")],
+                              profile={"g": ModelServerSetting(model="tiny_genrm", source="x", cpu_threads=2)})
+    assert serve_argv(tiny.servers[0], python="py")[-2:] == ["--cpu-threads", "2"]
+
+
+def test_an_option_of_the_other_engine_is_refused_not_ignored():
+    plan = plan_model_servers([_use("g", "tiny_genrm")], profile={"g": ModelServerSetting(
+        model="tiny_genrm", source="x", engine="envs-model", vllm_args=["--max-model-len", "4096"])})
+    assert not plan.servers and "vllm_args is not an option of engine envs-model" in plan.missing[0]
+    plan = plan_model_servers([_use("m", QWEN)], preset={"q": {"model": QWEN, "cpu_threads": 1}}, gpus_per_node=8)
+    assert not plan.servers and "cpu_threads is not an option of engine vllm" in plan.missing[0]
 
 
 def _serve(tmp_path: Path, model: str, name: str) -> subprocess.Popen:

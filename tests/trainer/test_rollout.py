@@ -185,4 +185,8 @@ async def test_one_retry_policy_for_verify_and_it_ends_with_a_failure_class(flee
         reply, retried = await env.verify("answer_match", row, response)
         assert reply["reward"] == 1.0 and "_ng_failure_class" not in reply and retried == 0
         reply, retried = await env.verify("dead", row, response)
-    assert reply["_ng_failure_class"] == "connection_error" and reply["reward"] == 0.0 and retried == 2
+        assert reply["_ng_failure_class"] == "connection_error" and reply["reward"] == 0.0 and retried == 2
+        # a row the server cannot score: a 422, a masked sample with the server's class, asked once
+        bad = {k: v for k, v in row.items() if k != "expected_answer"}
+        reply, retried = await env.verify("answer_match", bad, response)
+    assert reply["reward"] == 0.0 and reply["_ng_failure_class"] == "invalid_row" and retried == 0

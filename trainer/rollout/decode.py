@@ -38,7 +38,7 @@ def engine_of(policy: Policy) -> DecodeEngine:
     engine = policy.decode_engine
     if engine is None or engine.model is not policy.model:
         engine = policy.decode_engine = DecodeEngine(policy.model, policy.tokenizer, lock=policy.weights_lock,
-                                                     version=lambda: policy.version,
+                                                     version=lambda: policy.version, compile=policy.compile_decode,
                                                      stop_token_ids=sorted(policy.stop_token_ids))
     return engine
 

@@ -61,14 +61,15 @@ def placement(cfg: "MasterConfig") -> str:
     """One line for the plan: where the trainer and the generation run."""
     gc = cfg.policy.generation
     trainer = f"trainer on policy.device={_here(cfg.policy.device)}"
+    compiled = ", compiled decode steps" if gc.compile else ""
     if gc.backend == "local":
-        return f"placement: {trainer}; generation in the generator actors on the same device (backend local)"
+        return f"placement: {trainer}; generation in the generator actors on the same device (backend local{compiled})"
     if gc.server.url:
         return f"placement: {trainer}; generation on the server at {gc.server.url} (backend server, not started here)"
     device = server_device(cfg)
     shared = "one device shared with the trainer" if device == cfg.policy.device else "its own device"
     return (f"placement: {trainer}; generation on `envs model serve` started on loopback, --device "
-            f"{_here(device)} ({shared}), --cpu-threads {gc.server.cpu_threads} (backend server)")
+            f"{_here(device)} ({shared}), --cpu-threads {gc.server.cpu_threads}{' --compile' if gc.compile else ''} (backend server)")
 
 
 class GenerationServer:
@@ -102,7 +103,7 @@ class GenerationServer:
         source, seed = self._source()
         return [sys.executable, "-m", "servers.cli", "model", "serve", source, *seed, "--host", "127.0.0.1", "--port", "0",
                 "--engine", "verigym", "--device", server_device(cfg), "--dtype", cfg.policy.precision,
-                "--cpu-threads", str(gc.server.cpu_threads),
+                "--cpu-threads", str(gc.server.cpu_threads), *(["--compile"] if gc.compile else []),
                 # one generator's lockstep batch: every row it sends at once decodes as one batch
                 "--max-batch-size", str(cfg.policy.generation_batch_size * cfg.grpo.num_generations_per_prompt),
                 "--weight-transfer-config", json.dumps({"backend": "disk"}),

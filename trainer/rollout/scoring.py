@@ -26,10 +26,13 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
 from servers.client import EnvClient, EnvClientError, SessionHandle
-from servers.wire import FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, FailureClass
+from servers.wire import (FAILURE_CLASS_KEY, FAILURE_DETAIL_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, TERMINAL_FAILURES,
+                          FailureClass)
 from trainer.responses import single_turn_response
 from trainer.rollout.sample import PROMPT_TOO_LONG, Sample
 from trainer.rollout.task import Task
+
+_NOT_RETRIED = {f.value for f in TERMINAL_FAILURES}  # the same row fails the same way every time
 
 T = TypeVar("T")
 
@@ -69,11 +72,13 @@ class RetryPolicy:
 
 def failure_reply(base: dict[str, Any], exc: Exception) -> dict[str, Any]:
     """A reply with reward 0 and the failure class of ``exc``: the server's own class when its body
-    carries one, else the client's (``overloaded``, ``connection_error``), else ``verifier_error``
-    for an answer the server gave (a 4xx/5xx) and ``connection_error`` for none."""
+    carries one, else the client's (``overloaded``, ``connection_error``), else ``invalid_row`` for
+    a request the server refused (a 4xx: it cannot score this row; asking again gets the same
+    answer), ``verifier_error`` for a 5xx and ``connection_error`` for no answer."""
     status = getattr(exc, "status", None)
     failure: Any = getattr(exc, "failure_class", None) or (
-        FailureClass.CONNECTION_ERROR if status is None else FailureClass.VERIFIER_ERROR)
+        FailureClass.CONNECTION_ERROR if status is None else
+        FailureClass.INVALID_ROW if 400 <= status < 500 else FailureClass.VERIFIER_ERROR)
     body = getattr(exc, "body", None)
     if isinstance(body, dict) and body.get(FAILURE_CLASS_KEY):
         failure = body[FAILURE_CLASS_KEY]
@@ -107,13 +112,17 @@ class EnvCalls:
     async def verify(self, env: str, row: dict[str, Any], response: dict[str, Any], *,
                      session: SessionHandle | None = None) -> tuple[dict[str, Any], int]:
         """``/verify``; returns (reply, retries used). A reply that still carries a failure class
-        after the retries is returned as it is (the caller masks the sample)."""
+        after the retries is returned as it is (the caller masks the sample). A row the server
+        refuses (a 4xx: it cannot score it) is not asked again: the same row gets the same answer."""
         async def attempt() -> tuple[dict[str, Any], float | None]:
+            wait = 0.0
             try:
                 reply = await self.client.verify(env, row, response, session=session, raise_on_failure=True)
             except EnvClientError as exc:
-                return failure_reply({**row, "response": response}, exc), exc.retry_after or 0.0
-            return reply, (0.0 if reply.get(FAILURE_CLASS_KEY) is not None else None)
+                reply, wait = failure_reply({**row, "response": response}, exc), exc.retry_after or 0.0
+            if reply.get(FAILURE_CLASS_KEY) is None or reply[FAILURE_CLASS_KEY] in _NOT_RETRIED:
+                return reply, None
+            return reply, wait
 
         return await self.retry.run(attempt)
 
