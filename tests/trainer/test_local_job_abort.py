@@ -1,7 +1,9 @@
 """`driver run --run local` (the job script on this machine, attached) aborted from outside: SIGTERM
 to the driver cancels the job as Ctrl-C does, and SIGKILL (no chance to cancel) still ends it — the
-job script gets SIGTERM from the kernel. Either way the job stops in order (the trainer first, with
-its final checkpoint, then the environment servers, then Ray) and nothing of it is left running."""
+job script gets SIGTERM from the kernel; and an environment server step that dies while the trainer
+trains ends the job with status 1 and a line that says so. Every time the job stops in order (the
+trainer first, with its final checkpoint, then the environment servers, then Ray) and nothing of it
+is left running."""
 import signal
 import subprocess
 import sys
@@ -17,7 +19,7 @@ pytest.importorskip("ray")
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+@pytest.mark.parametrize("how", ["sigterm", "sigkill", "fleet-dies"])
 def test_an_aborted_attached_local_job_leaves_nothing_running(tmp_path, how):
     skip_if_short_of_threads("a local job (Ray, the fleet, the trainer)")
     log_dir = tmp_path / "run"
@@ -44,9 +46,13 @@ def test_an_aborted_attached_local_job_leaves_nothing_running(tmp_path, how):
             rc = driver.wait(timeout=150)
             assert rc == 143, out.read_text(errors="replace")[-3000:]  # the job's status: stopped by SIGTERM
             assert "cancelling job local-" in out.read_text(errors="replace")
-        else:
+        elif how == "sigkill":
             driver.kill()
             driver.wait(timeout=10)
+        else:  # the fleet step's leader dies (its envs serve gets SIGTERM from the kernel and goes too)
+            leader = next(p for p in job if "fleet_steps serve" in " ".join(p.cmdline()))
+            leader.kill()
+            assert driver.wait(timeout=150) == 1, out.read_text(errors="replace")[-3000:]
         _, alive = psutil.wait_procs(job, timeout=150)
         assert not alive, [(p.pid, p.cmdline()) for p in alive]
     finally:
@@ -61,5 +67,9 @@ def test_an_aborted_attached_local_job_leaves_nothing_running(tmp_path, how):
     text = next((log_dir / "job").glob("local-*.log")).read_text(errors="replace")
     # in order: the trainer stopped first (a checkpoint when its state allowed one), then servers and Ray
     assert text.index("driver: stopped at step") < text.index("stopping the environment servers and Ray")
-    assert "job exit status 143" in text
+    if how == "fleet-dies":
+        assert f"an environment server step (pid {leader.pid}) exited with 137 during training" in text, text[-3000:]
+        assert "job exit status 1" in text
+    else:
+        assert "job exit status 143" in text
     assert [p.name for p in (log_dir / "job").iterdir() if p.suffix == ".json"] == []  # the fleet file went with the servers
