@@ -7,7 +7,9 @@ port 0 and ``envs serve`` writes the URL it actually got to the ready file once 
 answers 200, so there is no free-port race and no second ready protocol. Servers are stopped
 with SIGTERM (``envs serve`` forwards it: in-flight work drains), then SIGKILL of the process
 group after a grace period; ``Fleet`` is a context manager, so an interrupted run does not
-leave servers behind.
+leave servers behind, and each server gets SIGTERM from the kernel if the process that started it
+dies without stopping it (trainer/child_servers.py). :meth:`Fleet.check` raises
+:class:`~trainer.child_servers.ServerExited` for a server that is no longer running.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.child_servers import check_running, ending_with_this_process
+
 
 def override_pairs(overrides: dict[str, Any], prefix: str = "") -> list[str]:
     """``{judges: {genrm: {base_url: U}}}`` -> ``["judges.genrm.base_url=U"]`` (what ``envs serve
@@ -38,7 +42,14 @@ def override_pairs(overrides: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 class FleetError(RuntimeError):
-    pass
+    """A server that did not start. ``str()``: what happened and the end of its log; ``line``: what
+    happened in one line, with where its log is and the log's last line."""
+
+    def __init__(self, message: str, log_path: Path | None = None, tail: str = ""):
+        super().__init__(f"{message}:\n{tail}" if tail else message)
+        last = tail.strip().splitlines()[-1].strip() if tail.strip() else ""
+        self.line = (message + (f"; its log: {log_path}" if log_path else "")
+                     + (f" (last line: {last[:300]})" if last else ""))
 
 
 @dataclass
@@ -105,7 +116,7 @@ class Fleet:
                "--host", "127.0.0.1", "--workers", "1", "--ready-file", str(ready)]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                ending_with_this_process(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 start_new_session=True,  # a Ctrl-C in the driver's terminal is handled by the driver, not each server
             )
@@ -123,11 +134,17 @@ class Fleet:
                     pass  # written whole then renamed, so this is a file of someone else's: keep waiting
             if process.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-3000:]
-                raise FleetError(f"environment server {env!r} exited with {process.returncode} before it was ready:\n{tail}")
+                raise FleetError(f"environment server {env!r} exited with {process.returncode} before it was ready",
+                                 log_path, tail)
             if time.monotonic() > deadline:
                 _kill_group(process)
-                raise FleetError(f"environment server {env!r} not ready after {self.start_timeout_s:g}s (log: {log_path})")
+                raise FleetError(f"environment server {env!r} not ready after {self.start_timeout_s:g}s", log_path)
             time.sleep(0.05)
+
+    def check(self) -> None:
+        """Raise :class:`~trainer.child_servers.ServerExited` if a started server has exited."""
+        for server in self.servers.values():
+            check_running(f"the environment server {server.env!r}", "envs serve", server.process, server.log_path)
 
     def kill(self, env: str) -> None:
         """Kill one server hard, with its ``envs serve`` supervisor (tests simulate a crashed
@@ -148,7 +165,8 @@ class Fleet:
             try:
                 server.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _kill_group(server.process)
+                pass
+            _kill_group(server.process)  # what outlived it in its group (the workers of a supervisor that was killed)
         self.servers.clear()
 
 

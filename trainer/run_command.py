@@ -283,12 +283,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         for problem in judge_problems:
             print(f"driver run: {problem}", file=sys.stderr)
         return 2
-    from trainer.fleet import Fleet
+    from trainer.fleet import Fleet, FleetError
     from trainer.grpo.engine import run_grpo
-    from trainer.grpo.interrupt import StopRequest, as_run_interrupted
+    from trainer.grpo.interrupt import RunFailed, StopRequest, as_run_interrupted
+
+    from trainer.reaper import start_reaper
 
     with StopRequest() as stop:
         fleet = None
+        reaper = start_reaper()  # ends what a killed driver leaves (Ray's agents and workers); stopped below
         try:
             if cfg.env.urls:
                 urls = dict(cfg.env.urls)
@@ -299,10 +302,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 stop.on_force(fleet.kill_now)
                 fleet.start()
                 urls = fleet.urls
-            result = run_grpo(cfg, train, val, urls, resume=not args.no_resume, stop=stop)
+            result = run_grpo(cfg, train, val, urls, resume=not args.no_resume, stop=stop,
+                              watch=[fleet.check] if fleet is not None else [])
         except GenerationServerError as exc:  # the generation server this run starts did not come up
             print(f"driver run: {exc}", file=sys.stderr)
             return 1
+        except FleetError as exc:  # an environment server did not come up
+            print(f"driver run: {exc.line}", file=sys.stderr)
+            return 1
+        except RunFailed as exc:  # a server it started exited, a component failed: one line, the rest in error.log
+            print(f"driver run: {stopped_message(exc, cfg)}", file=sys.stderr, flush=True)
+            return exc.exit_code
         except KeyboardInterrupt as raised:  # RunInterrupted from our handler (or a library's own re-raise)
             exc = as_run_interrupted(raised, stop)
             if fleet is not None:
@@ -315,12 +325,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             if fleet is not None:
                 with stop.deferred():
                     fleet.stop()
+            if reaper is not None:  # this driver cleaned up itself: nothing for it to do
+                reaper.kill()
+                reaper.wait()
     print(format_summary(result.summary))
     return 0
 
 
 def stopped_message(exc: Any, cfg: MasterConfig) -> str:
-    """The last line a stopped run prints: where it stopped and what the same command will do."""
+    """The last line a stopped run prints: where it stopped and what the same command will do
+    (``exc``: a RunInterrupted, or a RunFailed, whose line comes first and which says where its
+    full text went)."""
     ckpt = Path(cfg.checkpointing.checkpoint_dir or Path(cfg.logger.log_dir) / "checkpoints")
     if exc.steps_done is None:
         where = "stopped before training started"
@@ -334,6 +349,9 @@ def stopped_message(exc: Any, cfg: MasterConfig) -> str:
         then = "no checkpoint yet: a rerun starts from the beginning"
     else:
         then = "checkpointing is off: a rerun starts from the beginning"
+    if hasattr(exc, "error_log"):  # RunFailed
+        more = f"; full error: {exc.error_log}" if exc.error_log else ""
+        return f"{exc}; {where}{more}; {then}; fix the cause, then rerun the same command"
     return f"driver: {where} ({exc}); {then}; resume with the same command"
 
 

@@ -57,5 +57,7 @@ def test_kill_takes_the_server_down_with_its_supervisor(tmp_path):
 
 
 def test_a_server_that_cannot_start_is_an_error_with_its_log(tmp_path):
-    with pytest.raises(FleetError, match=r"exited with .* before it was ready:[\s\S]*no_such_key"):
+    with pytest.raises(FleetError, match=r"exited with .* before it was ready:[\s\S]*no_such_key") as err:
         Fleet(["answer_match"], overrides={"answer_match": {"no_such_key": 1}}, log_dir=tmp_path).start()
+    line = err.value.line  # what `driver run` prints
+    assert "\n" not in line and f"before it was ready; its log: {tmp_path / 'answer_match.log'} (last line: " in line

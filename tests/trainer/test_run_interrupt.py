@@ -2,21 +2,13 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from trainer.grpo.synthetic import arithmetic_rows
+from tests.trainer.driver_process import start_run, wait_for_training
 from trainer.grpo.weight_sync import SHM_PREFIX, shm_base
-
-
-def _training(run: Path) -> bool:
-    f = run / "metrics.jsonl"
-    return f.exists() and any("train/reward" in json.loads(x) for x in f.read_text().splitlines() if x.strip())
 
 
 # Each case is a real run (~20 s, mostly Ray actors importing torch); the default suite runs the
@@ -31,26 +23,10 @@ def test_signal_stops_a_training_run_cleanly(tmp_path, how):
     must not keep its own SIGTERM handler); a second Ctrl-C forces the exit. Every case: the exit
     code, no process of the run left, no shared-memory weights left, a resume line."""
     pytest.importorskip("ray")
-    rows = [{**r, "env": "math"} for r in arithmetic_rows(60, 5)]
-    for r in rows:
-        r.pop("agent_ref")
-    train = tmp_path / "train.jsonl"
-    train.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "trainer.cli", "run", "--no-resume", f"data.train_data_path={train}", "data.blend=null",
-           f"logger.log_dir={run}", "logger.progress_bar=false", "grpo.max_num_steps=500", "grpo.num_prompts_per_step=2",
-           "grpo.num_generations_per_prompt=4", "grpo.val_period=0", "grpo.val_at_start=false",
-           "policy.warm_start.num_steps=2", "checkpointing.save_period=1000", "policy.generation_batch_size=1"]
-    log = open(tmp_path / "out.txt", "wb")
-    # its own session, as a terminal job is its own process group: Ctrl-C reaches the whole group
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd(), start_new_session=True)
-    output = lambda: (tmp_path / "out.txt").read_text(errors="replace")  # noqa: E731
+    proc, run, out_file = start_run(tmp_path)
+    output = lambda: out_file.read_text(errors="replace")  # noqa: E731
     try:
-        deadline = time.monotonic() + 180
-        while not _training(run):
-            assert proc.poll() is None, output()[-3000:]
-            assert time.monotonic() < deadline, "no training step in time:\n" + output()[-3000:]
-            time.sleep(0.2)
+        wait_for_training(proc, run, out_file)
         kids = psutil.Process(proc.pid).children(recursive=True)
         assert any("--ready-file" in k.cmdline() for k in kids)  # the math server it started (envs serve)
         t0 = time.monotonic()
@@ -67,7 +43,6 @@ def test_signal_stops_a_training_run_cleanly(tmp_path, how):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        log.close()
     out = output()
     assert rc == (143 if how == "sigterm" else 130), out[-3000:]
     assert took < 60

@@ -66,7 +66,7 @@ def test_the_warm_start_in_pieces_is_the_warm_start_in_one_go():
 
 def test_a_warm_start_short_of_its_target_is_reported():
     from trainer.config import WarmStartConfig
-    from trainer.grpo.engine import _warm_start_target_missed
+    from trainer.grpo.warm_start import target_missed as _warm_start_target_missed
 
     cfg = WarmStartConfig(enabled=True, num_steps=100, target_accuracy=0.3, answer_template="{answer}")
     reached = {"warm_start/steps": 40, "warm_start/final_accuracy": 0.31, "warm_start/final_loss": 0.1}

@@ -8,7 +8,9 @@ is the same loop with max age 0: batch s+1 can only be admitted by weights of ve
 A run (:class:`_Run`) in its parts: start the actors (:meth:`_Run.launch`), resume from the latest
 checkpoint or warm start (:meth:`_Run.resume_or_warm_start`), the step loop (:meth:`_Run.train`,
 one :meth:`_Run.step` each), the summary (:meth:`_Run.finish`), and on Ctrl-C / SIGTERM a final
-checkpoint when the state allows one (:meth:`_Run.interrupted`). The driver only steers: the batch
+checkpoint when the state allows one (:meth:`_Run.interrupted`); the same when the run cannot go on
+(:class:`RunFailed`: a server the driver started exited — the servers ``watch`` checks and the
+generation server the run starts —, a component failed or stopped answering). The driver only steers: the batch
 goes from the buffer to the trainer by reference, validation samples from the trainer to the
 reward actor.
 """
@@ -20,13 +22,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
-from trainer.config import MasterConfig, WarmStartConfig, to_yaml
+from trainer.config import MasterConfig, to_yaml
 from trainer.grpo import actors, checkpoint
-from trainer.grpo.interrupt import NO_STOP, RunInterrupted, StopRequest, as_run_interrupted
-from trainer.grpo.metrics import MetricsLogger, read_jsonl
+from trainer.child_servers import ServerExited
+from trainer.grpo.interrupt import NO_STOP, RunFailed, RunInterrupted, StopRequest, as_run_interrupted, first_line
+from trainer.grpo.metrics import LAG_KEYS, MetricsLogger, lag_summary, read_jsonl
 from trainer.grpo.versions import check_versions
+from trainer.grpo.warm_start import target_missed
 from trainer.grpo.weight_sync import WeightTransport, make_transport
 from trainer.rollout.generation_server import GenerationServer
 from trainer.rollout.task import Task
@@ -44,12 +48,17 @@ class RunResult:
 
 
 def run_grpo(cfg: MasterConfig, train: list[Task], val: list[Task], urls: dict[str, Any], *,
-             resume: bool = True, stop: StopRequest | None = None) -> RunResult:
+             resume: bool = True, stop: StopRequest | None = None,
+             watch: Sequence[Callable[[], None]] = ()) -> RunResult:
     """Train; with ``stop`` (installed signal handlers) a SIGINT/SIGTERM ends the run with
-    :class:`RunInterrupted` after a final checkpoint (when the state allows one) and full cleanup."""
+    :class:`RunInterrupted` after a final checkpoint (when the state allows one) and full cleanup.
+    ``watch``: checks of the servers behind ``urls`` that the caller started (``Fleet.check``); one
+    that raises :class:`ServerExited` ends the run with :class:`RunFailed` the same way. Servers
+    given by URL only are not watched: their samples fail as ``connection_error`` and are masked."""
     import ray
+    from ray.exceptions import RayError
 
-    run = _Run(cfg, stop or NO_STOP)
+    run = _Run(cfg, stop or NO_STOP, watch)
     ray_was_up = ray.is_initialized()
     transport = run.transport()
     try:
@@ -61,6 +70,13 @@ def run_grpo(cfg: MasterConfig, train: list[Task], val: list[Task], urls: dict[s
         if exc is raised:
             raise
         raise exc from None
+    except ServerExited as exited:
+        tail = "\n".join([f"the last lines of {exited.log_path}:", *exited.log_tail]) if exited.log_tail else ""
+        raise run.failed(RunFailed(f"{exited} during the run; {exited.where_to_look()}", tail)) from exited
+    except RunFailed as failed:
+        raise run.failed(failed)
+    except (TimeoutError, RayError) as err:  # a component stopped answering, or its process died
+        raise run.failed(RunFailed.of(err)) from err
     finally:
         with run.stop.deferred():  # a signal during cleanup must not cut it short (a second one forces exit)
             actors.kill_all(run.comps)
@@ -83,8 +99,9 @@ class _Progress:
 class _Run:
     """One run on the driver: its actors, metrics logger, timers and where it stands."""
 
-    def __init__(self, cfg: MasterConfig, stop: StopRequest):
+    def __init__(self, cfg: MasterConfig, stop: StopRequest, watch: Sequence[Callable[[], None]] = ()):
         self.cfg, self.stop, self.to = cfg, stop, cfg.cluster.control_timeout_s
+        self.watch = list(watch)
         self.t_start = time.perf_counter()
         self.log_dir = Path(cfg.logger.log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -151,7 +168,7 @@ class _Run:
             print(f"warm start: {ws.get('warm_start/steps')} steps, loss {ws.get('warm_start/first_loss', 0):.3f} -> "
                   f"{ws.get('warm_start/final_loss', 0):.3f}, exact-match accuracy "
                   f"{ws.get('warm_start/final_accuracy', 0):.2f}", flush=True)
-            missed = _warm_start_target_missed(cfg.policy.warm_start, ws)
+            missed = target_missed(cfg.policy.warm_start, ws)
             if missed:
                 print(f"warning: {missed}", flush=True)
         return 0
@@ -191,7 +208,7 @@ class _Run:
         m.update({"timing/train/total_step_time": t3 - t0, "timing/train/idle/buffer_starvation": t1 - t0,
                   "timing/train/policy_training_wall": t2 - t1, "timing/train/weight_sync": t3 - t2})
         result.steps_done = step + 1
-        self.lags.append({k: m[k] for k in _LAG_KEYS})
+        self.lags.append({k: m[k] for k in LAG_KEYS})
         done = step + 1 == cfg.grpo.max_num_steps
         if (cfg.grpo.val_period > 0 and (step + 1) % cfg.grpo.val_period == 0) or (done and cfg.grpo.val_at_end):
             v = self.validate()
@@ -216,6 +233,7 @@ class _Run:
         t0 = t_health = time.perf_counter()
         while True:
             stop.check()
+            self.check_servers()  # a few waitpid calls: the server is named before its samples' failures pile up
             if actors.get(comps.buffer.ready.remote(step), to, "buffer.ready"):
                 with stop.deferred():  # a taken batch is consumed: note it before a signal can cut in
                     batch = comps.buffer.take.remote(step)
@@ -229,6 +247,13 @@ class _Run:
             if time.perf_counter() - t0 > to:
                 raise TimeoutError(f"no complete batch for step {step} after {to:g}s; generators: "
                                    f"{[actors.get(g.get_stats.remote(), to, 'generator.get_stats') for g in comps.generators]}")
+
+    def check_servers(self) -> None:
+        """Raise :class:`ServerExited` for a server of this run that is no longer running."""
+        for check in self.watch:
+            check()
+        if self.generation is not None:
+            self.generation.check()
 
     def step_metrics(self, step: int, m: dict[str, Any]) -> dict[str, Any]:
         """The versions check and the run-level metrics of a trained step (``m``: the trainer's)."""
@@ -299,6 +324,24 @@ class _Run:
         """Stop on a signal: a final checkpoint when the trainer answers quickly and the state is
         consistent (otherwise the last one stands); returns the :class:`RunInterrupted` to raise."""
         exc = as_run_interrupted(raised, self.stop)
+        why_not = self.final_checkpoint(exc)
+        if why_not:
+            print(f"driver: no final checkpoint ({why_not})", flush=True)
+        return exc
+
+    def failed(self, exc: RunFailed) -> RunFailed:
+        """Stop because the run cannot go on: the final checkpoint as on a signal, and the full
+        error (and why no checkpoint was written) in ``<log_dir>/error.log``."""
+        why_not = self.final_checkpoint(exc)
+        text = "\n\n".join(filter(None, [str(exc), exc.detail, why_not and f"no final checkpoint: {why_not}"]))
+        path = self.log_dir / "error.log"
+        path.write_text(text + "\n")
+        exc.error_log = str(path)
+        return exc
+
+    def final_checkpoint(self, exc: RunInterrupted | RunFailed) -> str:
+        """Fill in where the run stopped; write a checkpoint of that step when the trainer answers
+        within 30 s and no batch is half-consumed. Returns why none was written when one was due."""
         if self.bar is not None:
             self.bar.close()
         p = self.progress
@@ -309,8 +352,8 @@ class _Run:
                     _save(self.cfg, self.comps, self.ckpt_root, p.steps_done, min(self.to, 30.0))
                 exc.checkpoint_step, exc.checkpoint_written = p.steps_done, True
             except Exception as err:
-                print(f"driver: no final checkpoint ({type(err).__name__}: {err})", flush=True)
-        return exc
+                return f"{type(err).__name__}: {first_line(err)}"
+        return ""
 
 
 def _warm_start(cfg: MasterConfig, comps: actors.Components, to: float) -> dict[str, Any]:
@@ -329,44 +372,10 @@ def _warm_start(cfg: MasterConfig, comps: actors.Components, to: float) -> dict[
     return state["summary"]
 
 
-def _warm_start_target_missed(ws_cfg: WarmStartConfig, ws: dict[str, Any]) -> str | None:
-    """What to tell the user when the warm start used all its steps short of its target: RL then
-    starts from a weaker policy than the recipe assumes (often with no reward signal at all)."""
-    if not ws.get("warm_start/steps") or ws["warm_start/steps"] < ws_cfg.num_steps:
-        return None  # stopped early: a target was reached
-    short = []
-    if ws_cfg.target_accuracy is not None and ws["warm_start/final_accuracy"] < ws_cfg.target_accuracy:
-        short.append(f"exact-match accuracy {ws['warm_start/final_accuracy']:.2f} < target {ws_cfg.target_accuracy}")
-    if ws_cfg.target_loss is not None and ws["warm_start/final_loss"] > ws_cfg.target_loss:
-        short.append(f"loss {ws['warm_start/final_loss']:.3f} > target {ws_cfg.target_loss}")
-    if not short:
-        return None
-    return (f"the warm start used all {ws_cfg.num_steps} steps short of its target ({'; '.join(short)}); "
-            "RL starts from a weaker policy than the recipe assumes: raise policy.warm_start.num_steps, or "
-            "lower policy.warm_start.lr if the loss fell and then spiked back up (blends/README.md: tiny_tools)")
-
-
 def _progress(total: int, initial: int, enabled: bool) -> Any:
     from trainer.progress import progress
 
     return progress(total, initial=initial, desc="GRPO", unit="step", enabled=enabled)
-
-
-_LAG_KEYS = ("async/lag_mean", "async/lag_max", "async/token_lag_mean", "async/token_lag_max",
-             "async/mixed_version_samples_frac")
-
-
-def lag_summary(lags: list[dict[str, float]]) -> dict[str, float]:
-    """The run's policy lag: mean/max over steps of the group lag (trained step - version that started
-    the group) and token lag (trained step - version that sampled the token), and the share of samples
-    whose tokens came from more than one weight version (what in-flight updates produce)."""
-    if not lags:
-        return {}
-    mean = lambda k: round(sum(x[k] for x in lags) / len(lags), 3)  # noqa: E731
-    return {"group_lag_mean": mean("async/lag_mean"), "group_lag_max": max(x["async/lag_max"] for x in lags),
-            "token_lag_mean": mean("async/token_lag_mean"), "token_lag_max": max(x["async/token_lag_max"] for x in lags),
-            "mixed_version_samples_frac": mean("async/mixed_version_samples_frac"),
-            "steps_with_mixed_versions": sum(x["async/mixed_version_samples_frac"] > 0 for x in lags)}
 
 
 def _push_weights(comps: actors.Components, version: int, to: float) -> None:
@@ -379,10 +388,10 @@ def _check_health(comps: actors.Components, to: float) -> None:
     for g in comps.generators:
         err = actors.get(g.get_stats.remote(), to, "generator.get_stats")["error"]
         if err:
-            raise RuntimeError(f"a generator died: {err}")
+            raise RunFailed(f"a generator stopped: {first_line(err)}", err)
     err = actors.get(comps.reward.get_stats.remote(), to, "reward.get_stats")["error"]
     if err:  # our own scoring code raised (environment failures are failure classes, not this)
-        raise RuntimeError(f"reward scoring raised an exception (a bug, not an environment failure):\n{err}")
+        raise RunFailed(f"reward scoring raised an exception (a bug, not an environment failure): {first_line(err)}", err)
 
 
 def _save(cfg: MasterConfig, comps: actors.Components, root: Path, step: int, to: float) -> None:

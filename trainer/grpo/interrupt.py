@@ -42,6 +42,43 @@ class RunInterrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+class RunFailed(RuntimeError):
+    """The run cannot go on: a server the driver started exited, a component failed or stopped
+    answering. ``str()`` is the one line `driver run` prints; ``detail`` the full text (a traceback),
+    which the engine writes to ``<log_dir>/error.log``. Filled in on the way out like
+    :class:`RunInterrupted`: where the run stopped and which checkpoint a rerun resumes from."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
+        self.error_log: str | None = None        # where ``detail`` was written, if anywhere
+        self.steps_done: int | None = None
+        self.checkpoint_step: int | None = None
+        self.checkpoint_written = False
+
+    @classmethod
+    def of(cls, err: BaseException) -> "RunFailed":
+        """From an exception that ended the run: its line, and its traceback as the detail. An
+        exception raised inside a Ray actor's method is named with the method."""
+        import traceback
+
+        cause = getattr(err, "cause", None)  # ray.exceptions.RayTaskError: what the method raised
+        line = (f"{getattr(err, 'function_name', 'a Ray task')} raised {type(cause).__name__}: {first_line(cause)}"
+                if isinstance(cause, BaseException) else first_line(err))
+        return cls(line, "".join(traceback.format_exception(err)))
+
+
+def first_line(err: BaseException | str, limit: int = 400) -> str:
+    """The line that says what happened: of a traceback its last line (the exception), else the first."""
+    lines = [x.strip() for x in str(err).strip().splitlines() if x.strip()]
+    if not lines:
+        return type(err).__name__ if isinstance(err, BaseException) else ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 class StopRequest:
     """Installs the handlers for the duration of a ``with`` block and restores the old ones after."""
 

@@ -126,3 +126,20 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not p.exists():
         return []
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+LAG_KEYS = ("async/lag_mean", "async/lag_max", "async/token_lag_mean", "async/token_lag_max",
+             "async/mixed_version_samples_frac")
+
+
+def lag_summary(lags: list[dict[str, float]]) -> dict[str, float]:
+    """The run's policy lag: mean/max over steps of the group lag (trained step - version that started
+    the group) and token lag (trained step - version that sampled the token), and the share of samples
+    whose tokens came from more than one weight version (what in-flight updates produce)."""
+    if not lags:
+        return {}
+    mean = lambda k: round(sum(x[k] for x in lags) / len(lags), 3)  # noqa: E731
+    return {"group_lag_mean": mean("async/lag_mean"), "group_lag_max": max(x["async/lag_max"] for x in lags),
+            "token_lag_mean": mean("async/token_lag_mean"), "token_lag_max": max(x["async/token_lag_max"] for x in lags),
+            "mixed_version_samples_frac": mean("async/mixed_version_samples_frac"),
+            "steps_with_mixed_versions": sum(x["async/mixed_version_samples_frac"] > 0 for x in lags)}

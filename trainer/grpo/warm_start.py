@@ -230,3 +230,20 @@ class SupervisedLoop:
                 "warm_start/final_loss": self._recent(self.losses),
                 "warm_start/final_accuracy": self._recent(self.accuracies),
                 "warm_start/seconds": self.seconds}
+
+
+def target_missed(ws_cfg: WarmStartConfig, ws: dict[str, Any]) -> str | None:
+    """What to tell the user when the warm start used all its steps short of its target: RL then
+    starts from a weaker policy than the recipe assumes (often with no reward signal at all)."""
+    if not ws.get("warm_start/steps") or ws["warm_start/steps"] < ws_cfg.num_steps:
+        return None  # stopped early: a target was reached
+    short = []
+    if ws_cfg.target_accuracy is not None and ws["warm_start/final_accuracy"] < ws_cfg.target_accuracy:
+        short.append(f"exact-match accuracy {ws['warm_start/final_accuracy']:.2f} < target {ws_cfg.target_accuracy}")
+    if ws_cfg.target_loss is not None and ws["warm_start/final_loss"] > ws_cfg.target_loss:
+        short.append(f"loss {ws['warm_start/final_loss']:.3f} > target {ws_cfg.target_loss}")
+    if not short:
+        return None
+    return (f"the warm start used all {ws_cfg.num_steps} steps short of its target ({'; '.join(short)}); "
+            "RL starts from a weaker policy than the recipe assumes: raise policy.warm_start.num_steps, or "
+            "lower policy.warm_start.lr if the loss fell and then spiked back up (blends/README.md: tiny_tools)")

@@ -13,8 +13,9 @@ way under Slurm (``sbatch``; each piece is an ``srun --overlap`` step on its nod
 3. The gate: waits for every node's file and for ``GET /health`` = 200 on every URL, then writes
    ``$VERIGYM_FLEET_FILE`` (``{env: [url, ...]}``). A fleet step that dies fails the job here.
 4. The trainer command on the first node, with ``RAY_ADDRESS`` and ``VERIGYM_FLEET_FILE`` set.
-   The job's exit status is the trainer's; on any exit the fleet and Ray are stopped (SIGTERM,
-   servers drain) by an EXIT trap.
+   The job's exit status is the trainer's, or 1 when a server step (fleet, model server) exits
+   while it trains; on any exit the trainer, the fleet and Ray are stopped (SIGTERM, the trainer
+   checkpoints, servers drain) by an EXIT trap.
 
 Usage (what a backend does)::
 
@@ -261,7 +262,7 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         '  for pid in "$@"; do kill -KILL "$pid" 2>/dev/null; done; wait "$@" 2>/dev/null',
         "}",
         "cleanup() {",
-        "  local rc=$?; trap - EXIT INT TERM",
+        "  local rc=$?; trap - EXIT; trap '' INT TERM  # a second signal must not cut the stop short (Ray left running)",
         '  [ -n "$TRAINER_PID" ] && stop_role trainer 60 "$TRAINER_PID"  # the trainer checkpoints on SIGTERM',
         '  log "stopping the environment servers and Ray"',
         '  stop_role fleet 45 "${FLEET_PIDS[@]}"',
@@ -320,9 +321,20 @@ def render_job_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, att
         lines += ['echo "{}" > "$VERIGYM_FLEET_FILE"  # no environment servers to start']
     lines += [
         "",
-        "# 4. The trainer; its exit status is the job's.",
+        "# 4. The trainer; its exit status is the job's. A server step that exits while it trains ends the job",
+        "#    (status 1; the EXIT trap stops the trainer, which checkpoints): no training on with its samples masked.",
         'log "starting the trainer"',
         f'step trainer "$HEAD" {shlex.join(job.trainer_command)} & TRAINER_PID=$!',
+        'while kill -0 "$TRAINER_PID" 2>/dev/null; do',
+        '  for pid in "${FLEET_PIDS[@]}" "${MODEL_PIDS[@]}"; do',
+        '    kill -0 "$pid" 2>/dev/null && continue',
+        '    wait "$pid"; src=$?; role="an environment server step"; [[ " ${MODEL_PIDS[*]} " == *" $pid "* ]] && role="a model server step"',
+        '    log "$role (pid $pid) exited with $src during training (its output is above); stopping the job: '
+        'the trainer checkpoints, resubmit to resume"',
+        "    exit 1",
+        "  done",
+        "  sleep 1",
+        "done",
         'wait "$TRAINER_PID"; rc=$?; TRAINER_PID=',
         'log "trainer exited with $rc"',
         "exit $rc",

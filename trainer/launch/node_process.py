@@ -4,8 +4,10 @@ stop file appearing on the shared job folder.
 Why the file: on Slurm the job script cannot signal a process on another node, and ``scancel
 --signal`` signals every process of a step at once (Ray's GCS before its raylet has drained, an
 environment server before ``envs serve`` has asked it to drain). Touching ``RUN/stop-<role>``
-lets each step's leader stop its own child in order. Also: the address a node's servers bind
-(the interface that reaches the Ray head). Standard library only.
+lets each step's leader stop its own child in order. The child also gets SIGTERM from the kernel
+if this leader dies first (SIGKILL, the OOM killer: trainer/child_servers.py), so an orphaned
+``ray start --block`` or ``envs serve`` does not keep running. Also: the address a node's servers
+bind (the interface that reaches the Ray head). Standard library only (and trainer/child_servers.py, which is).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Callable
+
+from trainer.child_servers import ending_with_this_process
 
 
 def run_supervised(argv: list[str], stop_file: Path | None, on_poll: Callable[[], int | None] | None = None,
@@ -28,7 +32,7 @@ def run_supervised(argv: list[str], stop_file: Path | None, on_poll: Callable[[]
     ``srun: error: ... Exited with exit code 1`` in its log.
     ``on_poll`` runs every ``poll_s``; when it returns a status, the child is stopped (SIGTERM, 30 s,
     SIGKILL) and that status returned (a check of the child's readiness that failed for good)."""
-    proc = subprocess.Popen(argv)
+    proc = subprocess.Popen(ending_with_this_process(argv))
     requested = False
 
     def forward(_sig: int, _frame: object) -> None:

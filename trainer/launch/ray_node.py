@@ -7,7 +7,11 @@
 ``head`` runs ``ray start --head --port=0 --block``: Ray's GCS binds a free port itself and Ray
 writes the address it got to ``<temp-dir>/ray_current_cluster``; this copies it (write + rename)
 to the address file on the shared job folder, where the job script and the workers read it. No
-port is chosen before it is bound. SIGTERM/SIGINT (or ``--stop-file`` appearing) are passed to ``ray start --block``,
+port is chosen before it is bound. Two ports Ray would otherwise take at fixed numbers get free
+ones (:func:`free_port`), so that two jobs on one machine do not meet there: the Ray Client server
+(10001; gRPC binds it with SO_REUSEPORT, so a second job's server binds it too and the kernel
+splits connections between the two clusters) and the dashboard agent's HTTP port (52365; the
+second agent gives up on it after six tries). SIGTERM/SIGINT (or ``--stop-file`` appearing) are passed to ``ray start --block``,
 which drains and stops the node's Ray processes (and only this node's: never ``ray stop``, which kills
 every Ray on the machine). Standard library only: it also runs inside a job's container.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -30,7 +35,16 @@ RAY_STOPPED_STATUS = frozenset({1})
 
 
 def _ray_start_argv(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats", *args]
+    return [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
+            f"--dashboard-agent-listen-port={free_port()}", *args]
+
+
+def free_port() -> int:
+    """A TCP port nothing is bound to now (the kernel's pick for port 0), for the ports Ray only
+    takes as numbers: a probe, not a reservation (the window until Ray binds it is short)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
 
 
 def default_num_cpus() -> int:
@@ -61,7 +75,8 @@ def head(temp_dir: Path, address_file: Path, stop_file: Path | None, extra: list
             print(f"ray_node: head at {address_file.read_text().strip()}", flush=True)
             reported = True
 
-    argv = _ray_start_argv(["--head", "--port=0", f"--temp-dir={temp_dir}", "--include-dashboard=false", *extra])
+    argv = _ray_start_argv(["--head", "--port=0", f"--ray-client-server-port={free_port()}", f"--temp-dir={temp_dir}",
+                            "--include-dashboard=false", *extra])
     return run_supervised(argv, stop_file, on_poll=report, stopped_status=RAY_STOPPED_STATUS)
 
 

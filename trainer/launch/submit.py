@@ -1,9 +1,13 @@
 """Submit a job script: Slurm (``sbatch``) or this machine (``local``); attached or detached.
 
 Attached (``--run PROFILE``): submit, print the job id and the log path, stream the log to the
-terminal while the job runs, and return the job's exit status. Ctrl-C cancels the job (``scancel``;
-the local executor gets SIGTERM), keeps streaming while it stops, and a second Ctrl-C stops waiting.
-Detached (``--batch PROFILE``): submit, print the job id and where the log goes, return 0.
+terminal while the job runs, and return the job's exit status. Ctrl-C or SIGTERM cancels the job
+(``scancel``; locally SIGTERM to the job script, whose trap stops the trainer, then the servers,
+then Ray, in that order), keeps streaming while it stops, and a second one stops waiting. A local
+attached job also ends when the driver dies without cancelling it (SIGKILL, a crash): its script
+gets SIGTERM from the kernel (trainer/child_servers.py), so it leaves no Ray or servers behind.
+Detached (``--batch PROFILE``): submit, print the job id and where the log goes, return 0; a local
+detached job outlives the driver on purpose.
 
 Logs: ``<job_dir>/slurm-<jobid>.log`` on Slurm, ``<job_dir>/local-<time>.log`` locally.
 """
@@ -16,11 +20,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
+from trainer.child_servers import ending_with_this_process
 from trainer.launch.job_script import JobSpec, render_job_script
 from trainer.launch.profiles import LocalProfile, SlurmProfile, WandbSettings
 
@@ -60,15 +66,18 @@ def _sbatch(script: Path) -> str:
     return done.stdout.strip().split(";")[0]
 
 
-def submit_script(profile: LocalProfile | SlurmProfile, job: JobSpec) -> Submission:
+def submit_script(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool = False) -> Submission:
+    """Submit; a local job runs in its own session (a Ctrl-C in the terminal reaches the driver, which
+    cancels the job in order), and when ``attached`` it gets SIGTERM if the driver dies first."""
     script = job.script_path
     if isinstance(profile, SlurmProfile):
         job_id = _sbatch(script)
         return Submission(job_id, job.job_dir / f"slurm-{job_id}.log", script, "slurm")
     log = job.job_dir / f"local-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    with open(log, "ab") as out:  # its own session: the job outlives this command in --batch mode
-        proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=job.workdir, start_new_session=True)
+    argv = ["bash", str(script)]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(ending_with_this_process(argv) if attached else argv, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=job.workdir, start_new_session=True)
     return Submission(f"local-{proc.pid}", log, script, "local", proc)
 
 
@@ -118,7 +127,6 @@ def follow(sub: Submission, out: IO[str] | None = None, poll_s: float = 0.5) -> 
     """Stream the job's log until it ends; return its exit status."""
     out = out or sys.stdout
     followers = [_LogFollower(path, out) for path in (sub.log_path, *sub.extra_logs)]
-    cancelled = False
     status_of: Callable[[], int | None]
     if sub.process is not None:
         status_of = sub.process.poll
@@ -133,6 +141,20 @@ def follow(sub: Submission, out: IO[str] | None = None, poll_s: float = 0.5) -> 
             return status
 
         status_of = slurm_status
+    def sigterm_as_ctrl_c(_sig: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, sigterm_as_ctrl_c) if threading.current_thread() is threading.main_thread() else None
+    try:
+        return _follow(sub, out, poll_s, followers, status_of)
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _follow(sub: Submission, out: IO[str], poll_s: float, followers: list["_LogFollower"],
+            status_of: Callable[[], int | None]) -> int:
+    cancelled = False
     while True:
         try:
             for follower in followers:
@@ -156,9 +178,9 @@ def follow(sub: Submission, out: IO[str] | None = None, poll_s: float = 0.5) -> 
 
 
 def cancel(sub: Submission) -> None:
-    if sub.process is not None:
+    if sub.process is not None:  # the script alone: its trap stops the trainer first (it checkpoints), Ray last
         try:
-            os.killpg(sub.process.pid, signal.SIGTERM)
+            sub.process.send_signal(signal.SIGTERM)
         except ProcessLookupError:
             pass
     else:
@@ -170,7 +192,7 @@ def launch(profile: LocalProfile | SlurmProfile, job: JobSpec, *, attached: bool
     """Write the job script, submit it; attached: stream and return the job's status, else 0."""
     out = out or sys.stdout
     write_job_script(profile, job, attached=attached, wandb=wandb)
-    sub = submit_script(profile, job)
+    sub = submit_script(profile, job, attached=attached)
     where = "Slurm job" if sub.executor == "slurm" else "local job (pid " + sub.job_id.split("-", 1)[1] + ")"
     print(f"submitted {where} {sub.job_id}\n  script: {sub.script_path}\n  log:    {sub.log_path}", file=out, flush=True)
     if not attached:

@@ -9,7 +9,10 @@ serves the policy's model (``tiny`` with the run's seed; a tiny geometry from
 is); which weights it starts with does not matter, the trainer pushes its own before the first
 batch. It binds port 0 and says its URL through ``--ready-file``; its output goes to
 ``<log_dir>/generation_server.log``. It runs in its own session (a Ctrl-C in the driver's terminal
-is the driver's to handle) and is stopped with SIGTERM, then SIGKILL of its process group.
+is the driver's to handle) and is stopped with SIGTERM, then SIGKILL of its process group; it gets
+SIGTERM from the kernel if the driver dies without stopping it, and :meth:`GenerationServer.check`
+raises :class:`~trainer.child_servers.ServerExited` once it is no longer running
+(trainer/child_servers.py).
 
 Placement (:func:`placement`): the trainer on ``policy.device``; the server on
 ``policy.generation.server.device`` (``auto``: the trainer's device, one GPU shared) or another
@@ -26,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from trainer.child_servers import ServerExited, check_running, ending_with_this_process
 
 if TYPE_CHECKING:
     from trainer.config import MasterConfig
@@ -120,12 +125,20 @@ class GenerationServer:
         load_policy(self._cfg, None, device="cpu").save(folder)
         return str(folder.resolve()), []
 
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / "generation_server.log"
+
+    def check(self) -> None:
+        """Raise :class:`~trainer.child_servers.ServerExited` if the started server has exited."""
+        check_running("the generation server", "envs model serve", self.process, self.log_path)
+
     def start(self) -> str:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._ready_file.unlink(missing_ok=True)
-        log_path = self.log_dir / "generation_server.log"
+        log_path = self.log_path
         with open(log_path, "wb") as log:
-            self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            self.process = subprocess.Popen(ending_with_this_process(self.argv()), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
         deadline = time.monotonic() + self.start_timeout_s
         while self.url is None:
@@ -135,10 +148,10 @@ class GenerationServer:
                     break
                 except (ValueError, KeyError):
                     pass  # being written: read it again
-            if self.process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise GenerationServerError(f"the generation server (envs model serve) exited with "
-                                            f"{self.process.returncode} before it was ready:\n{tail}")
+            if self.process.poll() is not None:  # one line: how it ended, its log and the log's last line
+                exited = ServerExited("the generation server", "envs model serve", self.process.pid,
+                                      self.process.returncode, log_path)
+                raise GenerationServerError(f"{exited} before it was ready; {exited.where_to_look()}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise GenerationServerError(f"the generation server was not ready after {self.start_timeout_s:g}s "
