@@ -44,6 +44,12 @@ class SandboxError(RuntimeError):
     """Infrastructure failure (not the sandboxed program's fault). Maps to failure class ``sandbox_error``."""
 
 
+class LostOutputError(SandboxError):
+    """The sandbox runtime lost what a run printed (the container backend: Podman's exec attach):
+    the program ran, so its side effects stand, but its output is unknown. Infrastructure, never
+    the program's result; a caller may run a command again only if it has no side effects."""
+
+
 class SandboxPathError(SandboxError):
     """A workspace path cannot be written or read as asked because of what is there: a
     directory, a symlink or a file where the program (or the caller's own files) put one,

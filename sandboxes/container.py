@@ -26,8 +26,8 @@ import time
 import uuid
 from typing import Any, Mapping, Sequence
 
-from .base import (ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxSpec,
-                   run_terms)
+from .base import (ExecResult, Limits, LostOutputError, ResourceVerdict, Sandbox, SandboxBackend, SandboxError,
+                   SandboxSpec, run_terms)
 from .bwrap import THREAD_ENV, limits_argv
 from .ceiling import Ceiling
 from .container_archive import archive_dir, replace_dir
@@ -39,6 +39,12 @@ PODMAN_SOCKET = "/run/verigym-podman.sock"
 _TIMES_MARK = b"\n__verigym_times__\n"
 # `times` prints the shell's own times, then its children's: "0m0.01s 0m0.00s".
 _TIMES_RE = re.compile(rb"(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$")
+# The wrapper's last line on each stream. Podman's exec attach can lose a program's output while
+# the exit code is right (all of it, or its end: containers/podman#25855, seen on a busy machine);
+# an exec whose wrapper exited by itself without its end marks is told apart from a program's
+# empty output by these, and is an infrastructure failure instead of a wrong result.
+_OUT_END = b"\n__verigym_end__\n"
+_ERR_END = b"\n__verigym_end__\n"
 _KILL_GRACE_S = 10.0
 
 
@@ -174,7 +180,9 @@ class ContainerSandbox(Sandbox):
         api = self._backend.client.api
         redirect = f' < "{stdin_path}"' if stdin_path else " < /dev/null"
         script = (f'"$@"{redirect}; rc=$?; ' + (f'rm -f "{stdin_path}"; ' if stdin_path else "")
-                  + "printf '" + _TIMES_MARK.decode().replace("\n", "\\n") + "' >&2; times >&2; exit $rc")
+                  + "printf '" + _OUT_END.decode().replace("\n", "\\n") + "'; "
+                  + "printf '" + _TIMES_MARK.decode().replace("\n", "\\n") + "' >&2; times >&2; "
+                  + "printf '" + _ERR_END.decode().replace("\n", "\\n") + "' >&2; exit $rc")
         wrapped = limits_argv(lim, None, self.ceiling) + ["/bin/sh", "-c", script, "sh", *argv]
         full_env = {"HOME": self.spec.workdir, "LANG": "C.UTF-8", **THREAD_ENV, **self.spec.env, **env}
         start = time.monotonic()
@@ -186,7 +194,7 @@ class ContainerSandbox(Sandbox):
             raise SandboxError(f"exec_create failed: {exc}") from exc
         limit = lim.max_output_bytes
         # stderr may carry our CPU-times trailer on top of the program's capped output.
-        caps = {"out": limit, "err": limit + len(_TIMES_MARK) + 128}
+        caps = {"out": limit + len(_OUT_END), "err": limit + len(_TIMES_MARK) + len(_ERR_END) + 128}
         bufs = {"out": bytearray(), "err": bytearray()}
         flags = {"output_limited": False, "timed_out": False, "killed": False,
                  "out_truncated": False, "err_truncated": False}
@@ -231,16 +239,24 @@ class ContainerSandbox(Sandbox):
         wall = time.monotonic() - start
         info = await asyncio.to_thread(api.exec_inspect, exec_id)
         exit_code = info.get("ExitCode")
-        stderr, cpu = bytes(bufs["err"]), 0.0
+        stdout, stderr, cpu = bytes(bufs["out"]), bytes(bufs["err"]), 0.0
+        ended = stdout.endswith(_OUT_END) and stderr.endswith(_ERR_END)
+        if (not ended and not flags["killed"] and isinstance(exit_code, int) and 0 <= exit_code < 128
+                and not info.get("Running")):
+            # The wrapper exited by itself (a kill from inside would make it 128 + signal) yet its
+            # end marks never came: the runtime lost output on the way.
+            raise LostOutputError(f"the container runtime lost the output of an exec (exit {exit_code}; "
+                                  f"stdout {len(stdout)} B, stderr {len(stderr)} B arrived without the end mark)")
+        stdout = stdout[:-len(_OUT_END)] if stdout.endswith(_OUT_END) else stdout
         mark = stderr.rfind(_TIMES_MARK)
         if mark >= 0:
-            m = _TIMES_RE.search(stderr[mark + len(_TIMES_MARK):])
+            m = _TIMES_RE.search(stderr[mark + len(_TIMES_MARK):].removesuffix(_ERR_END))
             if m:
                 cpu = int(m[1]) * 60 + float(m[2]) + int(m[3]) * 60 + float(m[4])
             stderr = stderr[:mark]
         status = None if flags["killed"] or exit_code is None else (exit_code & 0xFF) << 8
-        return RawOutcome(status=status, stdout=bytes(bufs["out"]), stderr=stderr[:limit],
-                          stdout_truncated=flags["out_truncated"],
+        return RawOutcome(status=status, stdout=stdout[:limit], stderr=stderr[:limit],
+                          stdout_truncated=flags["out_truncated"] or len(stdout) > limit,
                           stderr_truncated=flags["err_truncated"] or len(stderr) > limit,
                           timed_out=flags["timed_out"], output_limited=flags["output_limited"],
                           wall_s=wall, cpu_s=cpu)

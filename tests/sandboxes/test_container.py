@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
+from sandboxes import Limits, LostOutputError, ResourceVerdict, SandboxError, SandboxSpec, open_backend
 from tests.podman_access import skip_unless_root_podman
 
 pytestmark = pytest.mark.podman
@@ -78,6 +78,32 @@ async def test_exec_stdin_files_roundtrip(backend):
         assert await sb.download("y.txt") == b"hello"
         with pytest.raises(FileNotFoundError):
             await sb.download("nope")
+
+
+async def test_output_the_runtime_loses_is_an_infrastructure_failure_not_an_empty_result(backend, monkeypatch):
+    # Podman's exec attach now and then delivers nothing of what a finished exec printed (its exit
+    # code right). Stand-in: the real exec runs, its frames are read and dropped on the way.
+    async with await backend.create(SandboxSpec()) as sb:
+        api = backend.client.api
+        real_start = api.exec_start
+
+        def losing_start(exec_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+            for _ in real_start(exec_id, *args, **kwargs):
+                pass
+            return iter(())
+
+        monkeypatch.setattr(api, "exec_start", losing_start)
+        with pytest.raises(LostOutputError, match="lost the output"):
+            await sb.exec("echo done > f; echo printed")
+        monkeypatch.undo()
+        assert (await sb.exec("cat f")).text() == "done\n"  # it did run
+        # A program that kills the shell around it is its own result, not a lost output.
+        r = await sb.exec("echo before; kill -9 $PPID")
+        assert r.exit_code is None and r.verdict is not ResourceVerdict.OK and r.text() == "before\n", r
+        # Output that ends like the marks, or none at all, comes back as it is.
+        r = await sb.exec(["printf", "%s", "\n__verigym_end__\n"])
+        assert r.ok and r.stdout == b"\n__verigym_end__\n"
+        assert (await sb.exec("true")).stdout == b""
 
 
 async def test_missing_image_is_sandbox_error(podman_api):
