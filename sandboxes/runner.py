@@ -6,11 +6,8 @@ Shared by the process (bubblewrap) and apptainer backends. What it guarantees:
   bytes per stream are kept, and the first byte past the cap kills the whole launcher
   (the sandbox's PID namespace dies with it), so a flood never buffers in the server.
 * the wall-clock deadline is enforced with the event loop's timer, never with signals.
-  With ``wall_stretch`` > 1 the deadline counts the run's *own* time: wall time minus the
-  time its processes sat runnable on a run queue while other processes held the CPUs
-  (``/proc/PID/task/TID/schedstat``), up to ``wall_stretch`` times the deadline in wall
-  time. On a busy machine a run then gets the time it was given, so whether it finished
-  does not depend on what else the machine was doing.
+  With ``wall_stretch`` > 1 the deadline counts the run's *own* time (``tree_usage``), up to
+  ``wall_stretch`` times the deadline in wall time.
 * the exit is observed through a pidfd and reaped with ``wait4`` so the CPU time of the
   whole tree (every descendant is reaped by the namespace init, then by the launcher)
   comes back from the kernel's rusage.
@@ -27,6 +24,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
+
+from .tree_usage import run_out_own_time, tree_cpu_s
 
 _READ_CHUNK = 1 << 16
 # After the launcher exits, its PID namespace is gone, so pipes reach EOF at once; this
@@ -256,7 +255,7 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
     timed_out = False
     own_s, waited_s = None, 0.0
     try:
-        ran_out = await _run_out_own_time(exited, pid, start, timeout, wall_stretch, cpu_s)
+        ran_out = await run_out_own_time(exited, pid, start, timeout, wall_stretch, cpu_s)
         if ran_out is not None:
             if not exited.done():
                 timed_out = not state["killed"]
@@ -294,83 +293,6 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
                       timed_out=timed_out, output_limited=pipes.output_limited,
                       wall_s=time.monotonic() - start, cpu_s=max(cpu_s, state["cpu_at_kill"]), own_s=own_s,
                       waited_s=waited_s)
-
-
-# Once the deadline has passed in wall time, how often a stretched run's own time is looked at.
-_OWN_TIME_POLL_S = 0.05
-
-
-async def _run_out_own_time(exited: "asyncio.Future[None]", pid: int, start: float, timeout: float,
-                            wall_stretch: float, cpu_s: float | None) -> tuple[float, float] | None:
-    """Wait for the run to exit: None if it did within its time, else (own time, run-queue wait)
-    when its time ran out. Its time is ``timeout`` of wall clock, or with ``wall_stretch`` > 1 of
-    own time (wall minus run-queue wait) within ``timeout * wall_stretch`` of wall clock. A
-    stretched run also stops once its whole tree used ``cpu_s`` of CPU: processes that keep each
-    other waiting (self-made contention) would otherwise stretch their own deadline."""
-    cap = max(timeout, 0.001) * max(wall_stretch, 1.0)
-    wait, waited = max(timeout, 0.001), 0.0
-    while True:
-        try:
-            await asyncio.wait_for(asyncio.shield(exited), timeout=wait)
-            return None
-        except asyncio.TimeoutError:
-            pass
-        elapsed = time.monotonic() - start
-        used = tree_usage(pid) if wall_stretch > 1.0 else None
-        waited = used.waited_s if used is not None else 0.0
-        own_left = timeout - (elapsed - waited)
-        if (used is None or elapsed >= cap or own_left <= 0
-                or (cpu_s is not None and used.cpu_s >= cpu_s)):
-            return elapsed - waited, waited
-        wait = min(max(own_left, _OWN_TIME_POLL_S), cap - elapsed)
-
-
-@dataclass
-class TreeUsage:
-    cpu_s: float     # CPU of the tree, with what its processes already reaped
-    waited_s: float  # run-queue wait: per process the most any of its threads waited, summed over processes
-
-
-def tree_usage(root: int) -> TreeUsage:
-    """What ``root`` and every live descendant used, from ``/proc`` (stat: utime + stime + cutime
-    + cstime; schedstat: run_delay). Processes that are gone or unreadable count 0.
-
-    The processes of a sandbox run one after another (launcher, namespace init, the program it
-    execs), so their waits add up; threads of one process wait side by side, so only the most
-    delayed one counts (summing them would let a program stretch its own deadline by starting
-    threads that compete with each other)."""
-    ticks, delay_ns, todo, seen = 0, 0, [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            ticks += sum(int(f) for f in fields[11:15])  # stat fields 14-17, after the comm field
-            most = 0
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
-                    todo += [int(c) for c in fh.read().split()]
-                try:
-                    with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as fh:
-                        most = max(most, int(fh.read().split()[1]))
-                except (OSError, ValueError, IndexError):
-                    continue
-            delay_ns += most
-        except (OSError, ValueError, IndexError):
-            continue
-    return TreeUsage(cpu_s=ticks / _CLK_TCK, waited_s=delay_ns / 1e9)
-
-
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds of ``root`` and every descendant, with what they already reaped (``/proc``:
-    utime + stime + cutime + cstime). 0 for processes that are gone or unreadable."""
-    return tree_usage(root).cpu_s
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _reap(pid: int) -> tuple[int | None, float]:
