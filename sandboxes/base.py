@@ -47,7 +47,12 @@ class SandboxError(RuntimeError):
 class LostOutputError(SandboxError):
     """The sandbox runtime lost what a run printed (the container backend: Podman's exec attach):
     the program ran, so its side effects stand, but its output is unknown. Infrastructure, never
-    the program's result; a caller may run a command again only if it has no side effects."""
+    the program's result; a caller may run a command again only if it has no side effects, or
+    use ``exit_code`` (the runtime's record of how the run ended) where that is all it needs."""
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class SandboxPathError(SandboxError):

@@ -246,7 +246,8 @@ class ContainerSandbox(Sandbox):
             # The wrapper exited by itself (a kill from inside would make it 128 + signal) yet its
             # end marks never came: the runtime lost output on the way.
             raise LostOutputError(f"the container runtime lost the output of an exec (exit {exit_code}; "
-                                  f"stdout {len(stdout)} B, stderr {len(stderr)} B arrived without the end mark)")
+                                  f"stdout {len(stdout)} B, stderr {len(stderr)} B arrived without the end mark)",
+                                  exit_code=exit_code)
         stdout = stdout[:-len(_OUT_END)] if stdout.endswith(_OUT_END) else stdout
         mark = stderr.rfind(_TIMES_MARK)
         if mark >= 0:
