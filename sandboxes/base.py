@@ -45,8 +45,9 @@ class SandboxError(RuntimeError):
 
 
 class LostOutputError(SandboxError):
-    """The sandbox runtime lost what a run printed (the container backend: Podman's exec attach):
-    the program ran, so its side effects stand, but its output is unknown. Infrastructure, never
+    """What a run printed was lost between the program and the server (the container backend: the
+    wrapper's end marks never came): the program ran, so its side effects stand, but its output is
+    unknown. Infrastructure, never
     the program's result; a caller may run a command again only if it has no side effects, or
     use ``exit_code`` (the runtime's record of how the run ended) where that is all it needs."""
 

@@ -34,12 +34,12 @@ from environments.swe_grading.patches import files_in_patch
 from sandboxes import Limits, LostOutputError, ResourceVerdict, Sandbox
 
 SHAM_COMMENT = "# verigym: behaviour unchanged"
-LOST_OUTPUT = "(the container runtime lost this run's output; its exit code was kept)"
+LOST_OUTPUT = "(this run's output was lost on its way from the container; its exit code was kept)"
 
 
 async def exit_status(sandbox: Sandbox, argv: list[str], **kwargs: Any) -> tuple[int | None, str, str]:
     """(exit code or None when stopped, verdict, output) of one run whose grade needs only its exit
-    code: output the runtime lost (LostOutputError) leaves the code, which the runtime still knows."""
+    code: output lost on the way (LostOutputError) leaves the code, which the container engine still knows."""
     try:
         ran = await sandbox.exec(argv, **kwargs)
     except LostOutputError as exc:

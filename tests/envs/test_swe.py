@@ -236,27 +236,25 @@ async def test_prepare_reports_images(podman_image, capsys):
 
 
 async def test_str_replace_reads_the_file_again_when_the_runtime_lost_its_output(podman_image, monkeypatch):
-    # Podman's exec attach can deliver nothing of a finished exec (tests/sandboxes/test_container.py
+    # An exec whose output was lost on the way is LostOutputError (tests/sandboxes/test_container.py
     # has the stand-in): reading a file is safe to repeat, so the tool still edits the right line.
     from environments.swe import agent
-    from sandboxes import SandboxSpec, open_backend
+    from sandboxes import SandboxSpec, exec_stream, open_backend
 
     backend = open_backend("container")
+    real_frames, losses = exec_stream.AttachedExec.frames, []
+
+    def loses_the_first(self):  # type: ignore[no-untyped-def]
+        if losses:
+            return real_frames(self)
+        losses.append(self.exec_id)
+        for _ in real_frames(self):
+            pass
+        return iter(())
+
     try:
         async with await backend.create(SandboxSpec(image=IMAGE, env={"VERIGYM_SWE_TEST_RUN": RUN})) as sb:
-            api = backend.client.api
-            real_start, losses = api.exec_start, []
-
-            def loses_the_first(exec_id, *args, **kwargs):  # type: ignore[no-untyped-def]
-                frames = real_start(exec_id, *args, **kwargs)
-                if losses:
-                    return frames
-                losses.append(exec_id)
-                for _ in frames:
-                    pass
-                return iter(())
-
-            monkeypatch.setattr(api, "exec_start", loses_the_first)
+            monkeypatch.setattr(exec_stream.AttachedExec, "frames", loses_the_first)
             args = agent.StrReplaceArgs(path="tinycalc/stats.py", old_str="(len(values) + 1)", new_str="len(values)")
             assert await agent.str_replace(sb, "/testbed", args) == {"path": "/testbed/tinycalc/stats.py",
                                                                      "replaced_at_line": 11}
