@@ -35,7 +35,7 @@ async def run_out_own_time(exited: "asyncio.Future[None]", pid: int, start: floa
             pass
         elapsed = time.monotonic() - start
         used = tree_usage(pid) if wall_stretch > 1.0 else None
-        waited = used.waited_s if used is not None else 0.0
+        waited = min(used.waited_s, elapsed) if used is not None else 0.0  # parallel processes' waits overlap
         own_left = timeout - (elapsed - waited)
         if (used is None or elapsed >= cap or own_left <= 0
                 or (cpu_s is not None and used.cpu_s >= cpu_s)):
