@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (ExecResult, Limits, ReadResult, ResourceVerdict, Sandbox, SandboxBackend, SandboxError,
-                   SandboxPathError, SandboxProcess, SandboxSpec)
+from .base import (ExecResult, Limits, LostOutputError, ReadResult, ResourceVerdict, Sandbox, SandboxBackend,
+                   SandboxError, SandboxPathError, SandboxProcess, SandboxSpec)
 
 BACKENDS = ("process", "container", "apptainer")
 
@@ -36,4 +36,4 @@ def open_backend(name: str, **options: Any) -> SandboxBackend:
 
 
 __all__ = ["BACKENDS", "ExecResult", "Limits", "ReadResult", "ResourceVerdict", "Sandbox", "SandboxBackend",
-           "SandboxError", "SandboxPathError", "SandboxProcess", "SandboxSpec", "open_backend"]
+           "SandboxError", "SandboxPathError", "LostOutputError", "SandboxProcess", "SandboxSpec", "open_backend"]

@@ -71,7 +71,8 @@ class ApptainerSandbox(Sandbox):
         lim = self._backend.ceiling.clamp(lim)
         async with self._lock:
             raw = await run_launcher(self.command(cmd, lim, env), stdin=data, timeout=deadline,
-                                     max_output=lim.max_output_bytes, env={"PATH": os.environ.get("PATH", "")})
+                                     max_output=lim.max_output_bytes, env={"PATH": os.environ.get("PATH", "")},
+                                     wall_stretch=lim.wall_stretch, cpu_s=lim.cpu_s)
         return classify(raw, lim)
 
     async def upload(self, files: Mapping[str, bytes | str]) -> None:

@@ -44,6 +44,18 @@ class SandboxError(RuntimeError):
     """Infrastructure failure (not the sandboxed program's fault). Maps to failure class ``sandbox_error``."""
 
 
+class LostOutputError(SandboxError):
+    """What a run printed was lost between the program and the server (the container backend: the
+    wrapper's end marks never came): the program ran, so its side effects stand, but its output is
+    unknown. Infrastructure, never
+    the program's result; a caller may run a command again only if it has no side effects, or
+    use ``exit_code`` (the runtime's record of how the run ended) where that is all it needs."""
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class SandboxPathError(SandboxError):
     """A workspace path cannot be written or read as asked because of what is there: a
     directory, a symlink or a file where the program (or the caller's own files) put one,
@@ -72,6 +84,10 @@ class Limits:
     max_file_mb: int = 64          # largest file the program may write
     max_open_files: int = 256
     max_output_bytes: int = 1 << 20  # per stream; beyond it the output is truncated and the program killed
+    # > 1: the deadline counts the run's own time (wall minus the time it waited for a CPU other
+    # processes held), within this many times the deadline of wall clock (process and apptainer
+    # backends; the container backend keeps the plain wall clock).
+    wall_stretch: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,11 @@ class ExecResult:
     verdict: ResourceVerdict
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    # Timed out: the run's own time when it was stopped (wall minus waited_s, the time it waited
+    # for a CPU other processes held; waited_s is measured for Limits.wall_stretch runs only).
+    # Below the deadline it asked for, the wall-clock cap stopped it on a busy machine.
+    own_s: float | None = None
+    waited_s: float = 0.0
 
     @property
     def ok(self) -> bool:

@@ -26,11 +26,12 @@ import time
 import uuid
 from typing import Any, Mapping, Sequence
 
-from .base import (ExecResult, Limits, ResourceVerdict, Sandbox, SandboxBackend, SandboxError, SandboxSpec,
-                   run_terms)
+from .base import (ExecResult, Limits, LostOutputError, ResourceVerdict, Sandbox, SandboxBackend, SandboxError,
+                   SandboxSpec, run_terms)
 from .bwrap import THREAD_ENV, limits_argv
 from .ceiling import Ceiling
 from .container_archive import archive_dir, replace_dir
+from .exec_stream import STDERR, STDOUT, start_attached
 from .longlived import ContainerProcess
 from .runner import RawOutcome
 from .verdicts import classify
@@ -39,6 +40,11 @@ PODMAN_SOCKET = "/run/verigym-podman.sock"
 _TIMES_MARK = b"\n__verigym_times__\n"
 # `times` prints the shell's own times, then its children's: "0m0.01s 0m0.00s".
 _TIMES_RE = re.compile(rb"(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$")
+# The wrapper's last line on each stream: an exec whose wrapper exited by itself without them lost
+# output between the program and us (exec_stream.py closes the one way this was seen to happen; the
+# marks keep any other from passing for a program's empty output) -- an infrastructure failure.
+_OUT_END = b"\n__verigym_end__\n"
+_ERR_END = b"\n__verigym_end__\n"
 _KILL_GRACE_S = 10.0
 
 
@@ -96,10 +102,10 @@ class ContainerSandbox(Sandbox):
             exec_id = await asyncio.to_thread(
                 api.exec_create, self._container.id, wrapped, stdin=True, stdout=True, stderr=True, tty=False,
                 workdir=self.spec.workdir, environment=full_env, user=user)
-            sock = await asyncio.to_thread(api.exec_start, exec_id, socket=True)
+            attached = await asyncio.to_thread(start_attached, api, exec_id)
         except Exception as exc:
             raise SandboxError(f"cannot start a process in the container: {exc}") from exc
-        proc = ContainerProcess(api=api, container_id=self._container.id, exec_id=exec_id, sock=sock,
+        proc = ContainerProcess(api=api, container_id=self._container.id, exec_id=exec_id, attached=attached,
                                 pidfile=pidfile, user=user, buffer_cap=lim.max_output_bytes)
         self._processes.add(proc)
         return proc
@@ -174,7 +180,9 @@ class ContainerSandbox(Sandbox):
         api = self._backend.client.api
         redirect = f' < "{stdin_path}"' if stdin_path else " < /dev/null"
         script = (f'"$@"{redirect}; rc=$?; ' + (f'rm -f "{stdin_path}"; ' if stdin_path else "")
-                  + "printf '" + _TIMES_MARK.decode().replace("\n", "\\n") + "' >&2; times >&2; exit $rc")
+                  + "printf '" + _OUT_END.decode().replace("\n", "\\n") + "'; "
+                  + "printf '" + _TIMES_MARK.decode().replace("\n", "\\n") + "' >&2; times >&2; "
+                  + "printf '" + _ERR_END.decode().replace("\n", "\\n") + "' >&2; exit $rc")
         wrapped = limits_argv(lim, None, self.ceiling) + ["/bin/sh", "-c", script, "sh", *argv]
         full_env = {"HOME": self.spec.workdir, "LANG": "C.UTF-8", **THREAD_ENV, **self.spec.env, **env}
         start = time.monotonic()
@@ -186,7 +194,7 @@ class ContainerSandbox(Sandbox):
             raise SandboxError(f"exec_create failed: {exc}") from exc
         limit = lim.max_output_bytes
         # stderr may carry our CPU-times trailer on top of the program's capped output.
-        caps = {"out": limit, "err": limit + len(_TIMES_MARK) + 128}
+        caps = {"out": limit + len(_OUT_END), "err": limit + len(_TIMES_MARK) + len(_ERR_END) + 128}
         bufs = {"out": bytearray(), "err": bytearray()}
         flags = {"output_limited": False, "timed_out": False, "killed": False,
                  "out_truncated": False, "err_truncated": False}
@@ -206,9 +214,11 @@ class ContainerSandbox(Sandbox):
                 self._backend.client.api.kill(self._container.id)
 
         def pump() -> None:
-            for o, e in api.exec_start(exec_id, stream=True, demux=True):
-                for key, chunk in (("out", o), ("err", e)):
-                    if not chunk:
+            attached = start_attached(api, exec_id)
+            try:
+                for stream, chunk in attached.frames():
+                    key = {STDOUT: "out", STDERR: "err"}.get(stream)
+                    if key is None or not chunk:
                         continue
                     buf, room = bufs[key], caps[key] - len(bufs[key])
                     buf += chunk[:max(room, 0)]
@@ -217,6 +227,8 @@ class ContainerSandbox(Sandbox):
                         if not flags["output_limited"]:
                             flags["output_limited"] = True
                             threading.Thread(target=kill, daemon=True).start()
+            finally:
+                attached.close()
 
         pump_task = asyncio.ensure_future(asyncio.to_thread(pump))
         try:
@@ -231,16 +243,26 @@ class ContainerSandbox(Sandbox):
         wall = time.monotonic() - start
         info = await asyncio.to_thread(api.exec_inspect, exec_id)
         exit_code = info.get("ExitCode")
-        stderr, cpu = bytes(bufs["err"]), 0.0
-        mark = stderr.rfind(_TIMES_MARK)
+        stdout, stderr, cpu = bytes(bufs["out"]), bytes(bufs["err"]), 0.0
+        # Processes the program left running may still write after the wrapper's marks.
+        out_end, mark = stdout.rfind(_OUT_END), stderr.rfind(_TIMES_MARK)
+        if ((out_end < 0 or mark < 0 or _ERR_END not in stderr[mark:]) and not flags["killed"]
+                and isinstance(exit_code, int) and 0 <= exit_code < 128 and not info.get("Running")):
+            # The wrapper exited by itself (a kill from inside would make it 128 + signal) yet its
+            # end marks never came: output was lost on the way.
+            raise LostOutputError(f"the output of an exec was lost on its way from the container (exit {exit_code}; "
+                                  f"stdout {len(stdout)} B, stderr {len(stderr)} B arrived without the end mark)",
+                                  exit_code=exit_code)
+        if out_end >= 0:
+            stdout = stdout[:out_end] + stdout[out_end + len(_OUT_END):]
         if mark >= 0:
-            m = _TIMES_RE.search(stderr[mark + len(_TIMES_MARK):])
+            m = _TIMES_RE.search(stderr[mark + len(_TIMES_MARK):].split(_ERR_END)[0])
             if m:
                 cpu = int(m[1]) * 60 + float(m[2]) + int(m[3]) * 60 + float(m[4])
             stderr = stderr[:mark]
         status = None if flags["killed"] or exit_code is None else (exit_code & 0xFF) << 8
-        return RawOutcome(status=status, stdout=bytes(bufs["out"]), stderr=stderr[:limit],
-                          stdout_truncated=flags["out_truncated"],
+        return RawOutcome(status=status, stdout=stdout[:limit], stderr=stderr[:limit],
+                          stdout_truncated=flags["out_truncated"] or len(stdout) > limit,
                           stderr_truncated=flags["err_truncated"] or len(stderr) > limit,
                           timed_out=flags["timed_out"], output_limited=flags["output_limited"],
                           wall_s=wall, cpu_s=cpu)

@@ -272,11 +272,12 @@ class ContainerProcess(BufferedProcess):
     hands each frame to the event loop and waits while the stream's buffer is full.
     """
 
-    def __init__(self, *, api, container_id: str, exec_id: str, sock, pidfile: str,  # type: ignore[no-untyped-def]
+    def __init__(self, *, api, container_id: str, exec_id: str, attached, pidfile: str,  # type: ignore[no-untyped-def]
                  user: str, buffer_cap: int) -> None:
         super().__init__(buffer_cap)
         self._api, self._cid, self._exec_id = api, container_id, exec_id
-        self._sock = getattr(sock, "_sock", sock)  # SocketIO wraps the raw socket
+        self._attached = attached  # exec_stream.AttachedExec: frames come from its buffered reader
+        self._sock = attached.sock
         self._pidfile, self._user = pidfile, user
         self._room = {name: asyncio.Event() for name in self._buf}
         for event in self._room.values():
@@ -304,16 +305,11 @@ class ContainerProcess(BufferedProcess):
         self._changed.set()
 
     def _recv_exact(self, n: int) -> bytes | None:
-        data = b""
-        while len(data) < n:
-            try:
-                chunk = self._sock.recv(n - len(data))
-            except OSError:
-                return None
-            if not chunk:
-                return None
-            data += chunk
-        return data
+        try:
+            data = self._attached.reader.read(n)
+        except (OSError, ValueError):  # ValueError: the reader was closed under us (kill)
+            return None
+        return data if len(data) == n else None
 
     def _pump(self) -> None:
         names = {1: "stdout", 2: "stderr"}
@@ -387,10 +383,7 @@ class ContainerProcess(BufferedProcess):
             await asyncio.wait_for(asyncio.shield(self._exited), _REAP_GRACE_S)
         except asyncio.TimeoutError:
             self._finish(137)
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        self._attached.close()
 
     async def wait(self, timeout: float | None = None) -> int | None:
         try:

@@ -104,7 +104,8 @@ class ProcessSandbox(Sandbox):
             launcher = self.layout.argv(argv, lim, full_env, status_fd=status.write_fd)
             raw = await run_launcher(launcher, stdin=data, timeout=deadline,
                                      max_output=lim.max_output_bytes, status=status,
-                                     on_kill=(lambda: kill_uid(uid)) if uid is not None else None)
+                                     on_kill=(lambda: kill_uid(uid)) if uid is not None else None,
+                                     wall_stretch=lim.wall_stretch, cpu_s=lim.cpu_s)
         return classify(raw, lim)
 
     async def exec_python(self, *, path: str | None = None, code: str | None = None,

@@ -6,6 +6,8 @@ Shared by the process (bubblewrap) and apptainer backends. What it guarantees:
   bytes per stream are kept, and the first byte past the cap kills the whole launcher
   (the sandbox's PID namespace dies with it), so a flood never buffers in the server.
 * the wall-clock deadline is enforced with the event loop's timer, never with signals.
+  With ``wall_stretch`` > 1 the deadline counts the run's *own* time (``tree_usage``), up to
+  ``wall_stretch`` times the deadline in wall time.
 * the exit is observed through a pidfd and reaped with ``wait4`` so the CPU time of the
   whole tree (every descendant is reaped by the namespace init, then by the launcher)
   comes back from the kernel's rusage.
@@ -22,6 +24,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
+
+from .tree_usage import run_out_own_time, tree_cpu_s
 
 _READ_CHUNK = 1 << 16
 # After the launcher exits, its PID namespace is gone, so pipes reach EOF at once; this
@@ -44,6 +48,8 @@ class RawOutcome:
     output_limited: bool
     wall_s: float
     cpu_s: float
+    own_s: float | None = None   # timed out: the run's own time at the deadline (wall minus waited_s)
+    waited_s: float = 0.0        # timed out: time the tree waited for a CPU (wall_stretch runs; else 0)
 
     @property
     def exit_code(self) -> int | None:
@@ -185,9 +191,12 @@ class StatusPipe:
 async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: float,
                        max_output: int, env: Mapping[str, str] | None = None,
                        cwd: str | None = None, status: StatusPipe | None = None,
-                       on_kill: Callable[[], object] | None = None) -> RawOutcome:
+                       on_kill: Callable[[], object] | None = None, wall_stretch: float = 1.0,
+                       cpu_s: float | None = None) -> RawOutcome:
     """Run ``argv``; ``status`` (if given) must already be wired into argv; ``on_kill`` is an
-    extra backstop called when we kill (e.g. kill every process of the sandbox's uid)."""
+    extra backstop called when we kill (e.g. kill every process of the sandbox's uid);
+    ``wall_stretch`` (module docstring) lets the deadline count the run's own time, as long as
+    the whole tree used less than ``cpu_s`` of CPU."""
     loop = asyncio.get_running_loop()
     start = time.monotonic()
     try:
@@ -244,12 +253,13 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
         stdin_task = asyncio.ensure_future(_feed_stdin(proc.stdin, stdin))  # type: ignore[arg-type]
 
     timed_out = False
+    own_s, waited_s = None, 0.0
     try:
-        try:
-            await asyncio.wait_for(asyncio.shield(exited), timeout=max(timeout, 0.001))
-        except asyncio.TimeoutError:
+        ran_out = await run_out_own_time(exited, pid, start, timeout, wall_stretch, cpu_s)
+        if ran_out is not None:
             if not exited.done():
                 timed_out = not state["killed"]
+                own_s, waited_s = ran_out
                 kill()
             await exited
         try:
@@ -281,31 +291,8 @@ async def run_launcher(argv: Sequence[str], *, stdin: bytes | None, timeout: flo
     return RawOutcome(status=status, stdout=pipes.out.value(), stderr=pipes.err.value(),
                       stdout_truncated=pipes.out.truncated, stderr_truncated=pipes.err.truncated,
                       timed_out=timed_out, output_limited=pipes.output_limited,
-                      wall_s=time.monotonic() - start, cpu_s=max(cpu_s, state["cpu_at_kill"]))
-
-
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds of ``root`` and every descendant, with what they already reaped (``/proc``:
-    utime + stime + cutime + cstime). 0 for processes that are gone or unreadable."""
-    total, todo, seen = 0, [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            total += sum(int(f) for f in fields[11:15])  # stat fields 14-17, after the comm field
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
-                    todo += [int(c) for c in fh.read().split()]
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / _CLK_TCK
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
+                      wall_s=time.monotonic() - start, cpu_s=max(cpu_s, state["cpu_at_kill"]), own_s=own_s,
+                      waited_s=waited_s)
 
 
 def _reap(pid: int) -> tuple[int | None, float]:

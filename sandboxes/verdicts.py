@@ -51,4 +51,5 @@ def classify(raw: RawOutcome, limits: Limits) -> ExecResult:
 
     return ExecResult(exit_code=exit_code, stdout=raw.stdout, stderr=raw.stderr,
                       wall_s=round(raw.wall_s, 6), cpu_s=round(raw.cpu_s, 6), verdict=verdict,
-                      stdout_truncated=raw.stdout_truncated, stderr_truncated=raw.stderr_truncated)
+                      stdout_truncated=raw.stdout_truncated, stderr_truncated=raw.stderr_truncated,
+                      own_s=None if raw.own_s is None else round(raw.own_s, 6), waited_s=round(raw.waited_s, 6))

@@ -46,6 +46,9 @@ class CompileResult:
     failure_class: str | None = None  # set when unavailable
     detail: str = ""
     cpu_s: float | None = None  # CPU the compile used, where the checker knows it (local)
+    # Timed out (local): the compile's own time when it was stopped -- wall time minus the time it
+    # waited for a CPU other processes held. Under the limit: a busy machine's wall-clock cap stopped it.
+    own_s: float | None = None
 
 
 def unavailable(failure_class: FailureClass, detail: str, started: float, output: str = "") -> CompileResult:
@@ -96,7 +99,8 @@ class LocalLeanChecker:
         verdict = ran.verdict
         if verdict in (ResourceVerdict.TIMEOUT, ResourceVerdict.CPU_LIMIT):
             return CompileResult("timeout", messages, clipped, ran.exit_code, seconds,
-                                 detail=f"lean ran past {timeout_s:g} s ({verdict.value})", cpu_s=ran.cpu_s)
+                                 detail=f"lean ran past {timeout_s:g} s ({verdict.value})", cpu_s=ran.cpu_s,
+                                 own_s=ran.own_s)
         if verdict is ResourceVerdict.OUTPUT_LIMIT and errors(messages):
             # Errors cannot disappear later in the file: the proof fails whatever the cut-off part said.
             return CompileResult("completed", messages, clipped, ran.exit_code, seconds)

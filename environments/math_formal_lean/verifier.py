@@ -19,7 +19,11 @@ A compile past ``compile_timeout_s`` scores 0 when the proof caused it (it raise
 limits, or the compile was busy computing) and is failure class ``timeout`` (masked) when the
 checker was starved (``timeout_policy: auto``; ``zero`` always scores 0 as NeMo-Gym does,
 ``mask`` always masks); a checker that is down or broken is
-``sandbox_error`` / ``dependency_error``, never a reward.
+``sandbox_error`` / ``dependency_error``, never a reward. The local checker's limit counts the
+compile's own time (wall time minus the time it waited for a CPU other processes held), so a
+busy machine neither cuts a proof short nor turns its timeout into a masked one; a machine too
+busy to give the compile its time within ``timeout_wall_stretch`` times the limit is the
+checker's timeout.
 """
 
 from __future__ import annotations
@@ -83,6 +87,10 @@ class LeanConfig(SandboxLimitsConfig, EnvConfig):
         "compile was busy for timeout_cpu_share of the limit), else the failure class (a starved or overloaded checker).")
     timeout_cpu_share: float = Field(0.25, gt=0, le=1, description="timeout_policy auto: a timed-out compile that used "
                                      "at least this share of compile_timeout_s in CPU was the proof's doing.")
+    timeout_wall_stretch: float = Field(8.0, ge=1, description="Local checker: compile_timeout_s counts the compile's "
+                                        "own time (wall minus the time it waited for a CPU other processes held), within "
+                                        "this many times compile_timeout_s of wall clock; a compile the busy machine kept "
+                                        "from its time that long is the checker's timeout (masked). 1 = plain wall clock.")
     memory_mb: int = Field(16384, ge=256, description="Address-space limit of lean (Mathlib's .olean files are memory-mapped).")
     max_output_chars: int = Field(4000, ge=200, description="Characters of compiler output kept in the reply.")
     extract_code_mode: Literal["last", "first"] = Field("last", description="Which fenced Lean block is the answer.")
@@ -173,7 +181,8 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
 
     def _limits(self, wall_s: float):  # type: ignore[no-untyped-def]
         # Lean elaborates on several threads (CPU time can exceed wall time) and opens many .olean files.
-        return replace(self.config.limits(wall_s), cpu_s=wall_s * 4, max_open_files=4096, max_file_mb=256)
+        return replace(self.config.limits(wall_s), cpu_s=wall_s * 4, max_open_files=4096, max_file_mb=256,
+                       wall_stretch=self.config.timeout_wall_stretch)
 
     async def health(self) -> dict[str, Any]:
         report = await self.checker.health()
@@ -240,9 +249,13 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
         cfg = self.config
         if cfg.timeout_policy != "auto":
             return cfg.timeout_policy == "mask"
+        result = outcome.result
+        cpu = result.cpu_s if result is not None else None
+        if (result is not None and result.own_s is not None and result.own_s < cfg.compile_timeout_s
+                and (cpu is None or cpu < self._limits(cfg.compile_timeout_s).cpu_s)):
+            return True  # stopped before it had its time (a machine too busy), not for using up its CPU
         if raises_lean_limits(outcome.built.proof):
             return False  # the proof switched off the limits that would have stopped it in time
-        cpu = outcome.result.cpu_s if outcome.result is not None else None
         return cpu is None or cpu < cfg.timeout_cpu_share * cfg.compile_timeout_s
 
     def correction_prompt(self, generation: str, feedback: str) -> str:
@@ -266,6 +279,8 @@ class MathFormalLeanEnv(SandboxedEnvironment, Environment):
             extras["compile_s"] = round(result.seconds, 3)
             if result.cpu_s is not None:
                 extras["compile_cpu_s"] = round(result.cpu_s, 3)
+            if result.own_s is not None:
+                extras["compile_own_s"] = round(result.own_s, 3)
         proven = outcome.status == "completed"
         extras["needs_correction"] = not proven
         if not proven and outcome.feedback:

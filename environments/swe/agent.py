@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from sandboxes import Limits, ResourceVerdict, Sandbox
+from sandboxes import Limits, LostOutputError, ResourceVerdict, Sandbox
 from servers.environment import ToolError
 
 if TYPE_CHECKING:
@@ -93,8 +93,12 @@ async def run_command(sandbox: Sandbox, args: ExecArgs, cfg: "SweConfig") -> dic
 
 
 async def _cat(sandbox: Sandbox, path: str) -> str:
-    result = await sandbox.exec(["cat", "--", path], timeout=30,
-                                limits=Limits(wall_s=30, max_output_bytes=MAX_FILE_BYTES))
+    try:
+        result = await sandbox.exec(["cat", "--", path], timeout=30,
+                                    limits=Limits(wall_s=30, max_output_bytes=MAX_FILE_BYTES))
+    except LostOutputError:  # reading has no side effect: read again
+        result = await sandbox.exec(["cat", "--", path], timeout=30,
+                                    limits=Limits(wall_s=30, max_output_bytes=MAX_FILE_BYTES))
     if result.verdict is ResourceVerdict.OUTPUT_LIMIT:
         raise ToolError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
     if result.exit_code != 0:

@@ -31,9 +31,23 @@ import shlex
 from typing import Any
 
 from environments.swe_grading.patches import files_in_patch
-from sandboxes import Limits, ResourceVerdict, Sandbox
+from sandboxes import Limits, LostOutputError, ResourceVerdict, Sandbox
 
 SHAM_COMMENT = "# verigym: behaviour unchanged"
+LOST_OUTPUT = "(this run's output was lost on its way from the container; its exit code was kept)"
+
+
+async def exit_status(sandbox: Sandbox, argv: list[str], **kwargs: Any) -> tuple[int | None, str, str]:
+    """(exit code or None when stopped, verdict, output) of one run whose grade needs only its exit
+    code: output lost on the way (LostOutputError) leaves the code, which the container engine still knows."""
+    try:
+        ran = await sandbox.exec(argv, **kwargs)
+    except LostOutputError as exc:
+        if exc.exit_code is None:
+            raise
+        return exc.exit_code, ResourceVerdict.OK.value, LOST_OUTPUT
+    code = ran.exit_code if ran.verdict is ResourceVerdict.OK else None
+    return code, ran.verdict.value, ran.text() + ran.text("stderr")
 
 
 def states_script(repo: str, gold_patch: str, tag: str) -> str:
@@ -94,13 +108,13 @@ async def run_crossover(sandbox: Sandbox, repo: str, gold_patch: str, tag: str, 
     runs: dict[str, list[Any]] = {"codes": [], "verdicts": [], "outputs": []}
     for i, state in enumerate(order):
         step = ("vg_prepare\n" if i == 0 else "vg_show\n") + f"vg_state {state} || exit 3\nvg_hide\n"
-        switched = await sandbox.exec(["bash", "-c", script + step], timeout=apply_timeout_s, limits=limits, env=env)
-        if switched.verdict is not ResourceVerdict.OK or switched.exit_code != 0:
-            return {"failure": f"setting the {state} state failed (exit {switched.exit_code}, {switched.verdict.value}): "
-                               f"{(switched.text() + switched.text('stderr'))[-400:]}"}
-        ran = await sandbox.exec(["bash", "-c", test_command], timeout=repro_timeout_s, limits=limits,
-                                 env={**env, "PYTHONDONTWRITEBYTECODE": "1"})
-        runs["codes"].append(ran.exit_code if ran.verdict is ResourceVerdict.OK else None)
-        runs["verdicts"].append(ran.verdict.value)
-        runs["outputs"].append(ran.text() + ran.text("stderr"))
+        code, verdict, output = await exit_status(sandbox, ["bash", "-c", script + step], timeout=apply_timeout_s,
+                                                  limits=limits, env=env)
+        if code != 0:
+            return {"failure": f"setting the {state} state failed (exit {code}, {verdict}): {output[-400:]}"}
+        code, verdict, output = await exit_status(sandbox, ["bash", "-c", test_command], timeout=repro_timeout_s,
+                                                  limits=limits, env={**env, "PYTHONDONTWRITEBYTECODE": "1"})
+        runs["codes"].append(code)
+        runs["verdicts"].append(verdict)
+        runs["outputs"].append(output)
     return runs

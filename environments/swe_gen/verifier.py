@@ -44,7 +44,7 @@ from servers.environment import Environment, Verdict
 from servers.wire import FailureClass, ResponseObject, RowModel
 
 from .edits import EditError, patch_from_answer, repro_test_from_answer
-from .repro import run_crossover
+from .repro import exit_status, run_crossover
 
 RESOLUTION_REWARD = {"RESOLVED_FULL": 1.0, "RESOLVED_NO": 0.0}
 
@@ -256,10 +256,9 @@ class SweGenEnvironment(InstanceSandboxes, Environment):
             if failure:
                 return {"failure": failure}
             await sandbox.upload({filename: test})
-            ran = await sandbox.exec(["bash", "-c", self._test_command(repo, filename)], timeout=cfg.repro_timeout_s,
-                                     limits=limits, env=GRADE_ENV)
-        exit_code = ran.exit_code if ran.verdict is ResourceVerdict.OK else None
-        return {"exit_code": exit_code, "verdict": ran.verdict.value, "output": self._tail(ran.text() + ran.text("stderr"))}
+            exit_code, verdict, output = await exit_status(sandbox, ["bash", "-c", self._test_command(repo, filename)],
+                                                           timeout=cfg.repro_timeout_s, limits=limits, env=GRADE_ENV)
+        return {"exit_code": exit_code, "verdict": verdict, "output": self._tail(output)}
 
     def _test_command(self, repo: str, filename: str) -> str:
         return f"{self.cfg.pre_test_command}\ncd {shlex.quote(repo)} && exec {self.cfg.repro_python} {shlex.quote(filename)}"

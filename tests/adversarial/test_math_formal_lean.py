@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.adversarial.conftest import assert_refused, assert_scores
+from tests.busy_machine import busy_cpu
 
 ENV = "math_formal_lean"
 ENV_DIR = Path(__file__).resolve().parents[2] / "environments/math_formal_lean"
@@ -93,6 +94,19 @@ async def test_attack_timeout_by_a_proof_that_computes_past_the_limit(scorer):
     assert reply["timeout_blamed_on"] == "proof"
 
 
+# On one CPU shared with 5 busy loops a compile gets about a sixth of it: in a plain wall-clock
+# limit the spinning proof would use under timeout_cpu_share of it, and be masked as a starved checker.
+BUSY_SPINNERS = 5
+
+
+async def test_attack_timeout_by_a_proof_that_computes_past_the_limit_on_a_busy_machine(scorer):
+    env = await scorer(ENV, **lean(compile_timeout_s=1.0))
+    with busy_cpu(BUSY_SPINNERS):
+        reply = await env.verify(ROW, fenced("  decide -- scripted-lean: spin 30"))
+    assert_refused(reply)
+    assert reply["timeout_blamed_on"] == "proof", reply
+
+
 # ---- controls ---------------------------------------------------------------------------------------
 async def test_control_proof_compiles(scorer):
     env = await scorer(ENV, **lean())
@@ -112,3 +126,18 @@ async def test_control_a_starved_checker_is_masked_not_zeroed(scorer):
     env = await scorer(ENV, **lean(compile_timeout_s=2.0))
     reply = await env.verify(ROW, fenced("  norm_num -- scripted-lean: sleep 10"))
     assert reply["_ng_failure_class"] == "timeout" and reply["timeout_blamed_on"] == "checker"
+
+
+async def test_control_a_starved_checker_on_a_busy_machine_is_masked_not_zeroed(scorer):
+    env = await scorer(ENV, **lean(compile_timeout_s=1.0))
+    with busy_cpu(BUSY_SPINNERS):
+        reply = await env.verify(ROW, fenced("  norm_num -- scripted-lean: sleep 10"))
+    assert reply["_ng_failure_class"] == "timeout" and reply["timeout_blamed_on"] == "checker", reply
+
+
+async def test_control_a_proof_within_its_time_still_scores_on_a_busy_machine(scorer):
+    # Half a second of computing in a 1 s limit: on a sixth of a CPU the wall clock alone would cut it off.
+    env = await scorer(ENV, **lean(compile_timeout_s=1.0))
+    with busy_cpu(BUSY_SPINNERS):
+        reply = await env.verify(ROW, fenced(GOOD + " -- scripted-lean: spin 0.5"))
+    assert_scores(reply)

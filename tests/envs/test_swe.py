@@ -233,3 +233,31 @@ async def test_prepare_reports_images(podman_image, capsys):
     with pytest.raises(SystemExit):
         await SweEnvironment.prepare(full_disk, [unreachable], _Progress())
     assert "GiB free" in capsys.readouterr().err
+
+
+async def test_str_replace_reads_the_file_again_when_the_runtime_lost_its_output(podman_image, monkeypatch):
+    # An exec whose output was lost on the way is LostOutputError (tests/sandboxes/test_container.py
+    # has the stand-in): reading a file is safe to repeat, so the tool still edits the right line.
+    from environments.swe import agent
+    from sandboxes import SandboxSpec, exec_stream, open_backend
+
+    backend = open_backend("container")
+    real_frames, losses = exec_stream.AttachedExec.frames, []
+
+    def loses_the_first(self):  # type: ignore[no-untyped-def]
+        if losses:
+            return real_frames(self)
+        losses.append(self.exec_id)
+        for _ in real_frames(self):
+            pass
+        return iter(())
+
+    try:
+        async with await backend.create(SandboxSpec(image=IMAGE, env={"VERIGYM_SWE_TEST_RUN": RUN})) as sb:
+            monkeypatch.setattr(exec_stream.AttachedExec, "frames", loses_the_first)
+            args = agent.StrReplaceArgs(path="tinycalc/stats.py", old_str="(len(values) + 1)", new_str="len(values)")
+            assert await agent.str_replace(sb, "/testbed", args) == {"path": "/testbed/tinycalc/stats.py",
+                                                                     "replaced_at_line": 11}
+            assert losses and "len(values)\n" in (await sb.exec(["cat", "/testbed/tinycalc/stats.py"])).text()
+    finally:
+        await backend.close()

@@ -110,3 +110,33 @@ async def test_prepare_pulls_what_rows_need(swe_tiny_image, capsys):
         await SweGenEnvironment.prepare(offline, [gym_row, no_image])
     err = capsys.readouterr().err
     assert "localhost:1/verigym/no-such-image" in err and "row 2" in err
+
+
+async def test_a_reproduction_run_whose_output_the_runtime_lost_is_graded_by_its_exit_code(make_env, monkeypatch):
+    # Output lost between the program and us, exit code right (stand-in: the frames of every run
+    # of the model's test are read and dropped): LostOutputError. The grade needs only the codes.
+    import docker
+
+    from sandboxes import exec_stream
+
+    real_create, real_frames, tests = docker.APIClient.exec_create, exec_stream.AttachedExec.frames, set()
+
+    def create(self, container, cmd, *args, **kwargs):  # type: ignore[no-untyped-def]
+        made = real_create(self, container, cmd, *args, **kwargs)
+        if any("reproduce_bug" in str(part) for part in cmd):
+            tests.add(made["Id"])
+        return made
+
+    def frames(self):  # type: ignore[no-untyped-def]
+        if self.exec_id not in tests:
+            return real_frames(self)
+        for _ in real_frames(self):
+            pass
+        return iter(())
+
+    monkeypatch.setattr(docker.APIClient, "exec_create", create)
+    monkeypatch.setattr(exec_stream.AttachedExec, "frames", frames)
+    good = await _verify(make_env(), tiny_row("repro-gen"), repro_answer(REPRO_GOOD))
+    assert len(tests) == 4 and good.reward == 1.0, (tests, good.failure_detail, good.extras)
+    assert good.extras["return_codes_before_patch"] == [2, 2] and good.extras["return_codes_after_patch"] == [0, 0]
+    assert "output was lost" in good.extras["output_after"]

@@ -6,7 +6,7 @@ model cannot), so a tool call goes through NeMo-Gym's own agent to a verigym ser
 
 Table: ``[{"contains": "text of the first user turn", "calls": [{"name", "arguments"}], "answer": "..."}]``.
 A request whose first user turn holds ``contains`` gets the calls (a turn with no tool results
-yet), then the answer; any other request gets ``"I cannot help."``.
+yet), then the answer (at once when ``calls`` is empty); any other request gets ``"I cannot help."``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def reply_for(table: list[dict[str, Any]], messages: list[dict[str, Any]]) -> di
     rule = next((r for r in table if r["contains"] in first_user), None)
     if rule is None:
         return {"role": "assistant", "content": "I cannot help."}
-    if any(m.get("role") == "tool" for m in messages):
+    if not rule["calls"] or any(m.get("role") == "tool" for m in messages):
         return {"role": "assistant", "content": rule["answer"]}
     return {"role": "assistant", "content": None, "tool_calls": [
         {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",

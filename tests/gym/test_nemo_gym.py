@@ -6,10 +6,11 @@
   seed/close replies, aggregate metrics) and Gym 0.7's session-contract checker;
 * Gym's spinup of the fleet config (``RunHelper().start`` the way NeMo-RL's Gym actor calls it)
   with real verigym servers behind it, then ``ng_collect_rollouts`` through Gym's agents with
-  ``envs model serve tiny`` as the policy: a stateless env (mcqa), a sandboxed env (code,
-  bubblewrap) and a judged env (equivalence_llm_judge, scripted judge: the double of a large
-  judge model); a session env with tools (workplace_assistant) through a scripted policy that
-  makes the row's tool calls (scripted_policy.py: the double of a policy that can use tools);
+  ``envs model serve tiny`` as the policy: a stateless env (mcqa) and a sandboxed env (code,
+  bubblewrap); a judged env (equivalence_llm_judge, scripted judge: the double of a large judge
+  model) and a session env with tools (workplace_assistant) through a scripted policy that
+  gives a fixed answer or makes the row's tool calls (scripted_policy.py: the double of a policy
+  that can use tools, and that always answers);
   one row verigym cannot score ends as a masked sample and the collection goes on.
 """
 
@@ -297,9 +298,15 @@ def test_gym_spins_up_the_fleet_config_and_collects_rollouts_through_its_agents(
     # The session env's rows go to a scripted policy that calls the row's ground-truth tools (the
     # tiny model calls none): the calls reach verigym through Gym's own agent, with its cookies.
     tool_rows = [r for r in rows if r["agent_ref"]["name"] == envs[1].agent_names[0]]
+    # The judged env's rows get a fixed answer from it too: the tiny model samples (temperature 1,
+    # a fresh seed per request) and about one sample in a hundred is empty (end of text first, or
+    # only blank lines, as its greedy answer is), which is scored 0 with no judge call.
+    judged_rows = [r for r in rows if r["agent_ref"]["name"] == envs[3].agent_names[0]]
     (tmp_path / "policy.json").write_text(json.dumps([
         {"contains": r["responses_create_params"]["input"][-1]["content"], "calls": r["ground_truth"], "answer": "Done."}
-        for r in tool_rows]))
+        for r in tool_rows] + [
+        {"contains": r["responses_create_params"]["input"][-1]["content"], "calls": [],
+         "answer": "It is \\boxed{the moon}."} for r in judged_rows]))
     policy = _start([sys.executable, str(Path(__file__).with_name("scripted_policy.py")), "--table",
                      str(tmp_path / "policy.json")], logs / "policy.log")
     processes = [judge, model, policy]
@@ -320,8 +327,9 @@ def test_gym_spins_up_the_fleet_config_and_collects_rollouts_through_its_agents(
                     pytest.skip("NeMo-Gym 0.2 builds every server's venv with uv when it starts: uv is not on PATH")
             config.update(settings, uv_venv_dir=str(venv_dir))
             config["scripted_policy"] = _model_instance(gym_root, policy_url, "scripted-policy")
-            config[envs[1].agent_names[0]]["responses_api_agents"]["simple_agent"]["model_server"]["name"] = \
-                "scripted_policy"
+            for scripted in (envs[1], envs[3]):
+                config[scripted.agent_names[0]]["responses_api_agents"]["simple_agent"]["model_server"]["name"] = \
+                    "scripted_policy"
             _prebuilt_gym_venvs(venv_dir, python, config)
             (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(config))
 

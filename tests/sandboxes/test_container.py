@@ -8,6 +8,7 @@ root (tests/podman_access.py).
 
 from __future__ import annotations
 
+import http.client
 import socket
 import subprocess
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
+from sandboxes import Limits, LostOutputError, ResourceVerdict, SandboxError, SandboxSpec, exec_stream, open_backend
 from tests.podman_access import skip_unless_root_podman
 
 pytestmark = pytest.mark.podman
@@ -78,6 +79,51 @@ async def test_exec_stdin_files_roundtrip(backend):
         assert await sb.download("y.txt") == b"hello"
         with pytest.raises(FileNotFoundError):
             await sb.download("nope")
+
+
+async def test_output_that_arrives_with_the_reply_headers_is_kept(backend, monkeypatch):
+    # On a busy machine the client reads an exec's reply headers late: by then the engine has sent
+    # the program's output (and the end of the stream), and http.client's header read buffers it.
+    # docker-py's own stream then starts past that buffer: exit code right, output empty.
+    real_begin = http.client.HTTPResponse.begin
+
+    def late_begin(self):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)  # the client, slowed down
+        return real_begin(self)
+
+    async with await backend.create(SandboxSpec()) as sb:
+        monkeypatch.setattr(http.client.HTTPResponse, "begin", late_begin)
+        r = await sb.exec("echo out; echo err >&2; exit 3")
+        proc = await sb.start_process(["/bin/sh", "-c", "echo ready; sleep 30"])
+        monkeypatch.undo()
+        assert r.exit_code == 3 and r.stdout == b"out\n" and r.stderr == b"err\n", r
+        assert (await proc.read_until(b"ready\n", timeout=30)).found
+        await proc.kill()
+
+
+async def test_output_lost_on_the_way_is_an_infrastructure_failure_not_an_empty_result(backend, monkeypatch):
+    # Should output go missing between the program and us some other way (stand-in: the real exec
+    # runs, its frames are read and dropped), the wrapper's end marks tell it from an empty output.
+    real_frames = exec_stream.AttachedExec.frames
+
+    def losing_frames(self):  # type: ignore[no-untyped-def]
+        for _ in real_frames(self):
+            pass
+        return iter(())
+
+    async with await backend.create(SandboxSpec()) as sb:
+        monkeypatch.setattr(exec_stream.AttachedExec, "frames", losing_frames)
+        with pytest.raises(LostOutputError, match="output of an exec was lost"):
+            await sb.exec("echo done > f; echo printed")
+        monkeypatch.undo()
+        assert (await sb.exec("cat f")).text() == "done\n"  # it did run
+        # A program that kills the shell around it is its own result, not a lost output.
+        r = await sb.exec("echo before; kill -9 $PPID")
+        assert r.exit_code is None and r.verdict is not ResourceVerdict.OK and r.text() == "before\n", r
+        # Output that ends like the marks, or none at all, comes back as it is.
+        r = await sb.exec(["printf", "%s", "\n__verigym_end__\n"])
+        assert r.ok and r.stdout == b"\n__verigym_end__\n"
+        assert (await sb.exec("true")).stdout == b""
 
 
 async def test_missing_image_is_sandbox_error(podman_api):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import Limits, ResourceVerdict, SandboxError, SandboxSpec, open_backend
+from tests.busy_machine import busy_cpu
 
 pytestmark = pytest.mark.bwrap
 
@@ -65,6 +66,40 @@ async def test_timeout_kills(sandbox):
     r = await sandbox.exec("sleep 30", timeout=0.5)
     assert r.verdict is ResourceVerdict.TIMEOUT and r.exit_code is None
     assert r.wall_s < 5
+
+
+# Half a second of computing; on one CPU shared with 5 busy loops the program gets about a sixth of it.
+SPIN_HALF_A_SECOND = ["python3", "-c", "import time\nt = time.process_time() + 0.5\nwhile time.process_time() < t: pass"]
+
+
+async def test_wall_stretch_gives_a_run_its_own_time_on_a_busy_machine(sandbox):
+    with busy_cpu(5):
+        plain = await sandbox.exec(SPIN_HALF_A_SECOND, limits=Limits(wall_s=1.5))
+        stretched = await sandbox.exec(SPIN_HALF_A_SECOND, limits=Limits(wall_s=1.5, wall_stretch=10))
+    assert plain.verdict is ResourceVerdict.TIMEOUT and plain.waited_s == 0, plain
+    assert stretched.ok, stretched
+
+
+async def test_a_stretched_run_stops_at_its_own_time_and_says_what_it_waited(sandbox):
+    with busy_cpu(5):
+        r = await sandbox.exec(["python3", "-c", "while True: pass"], limits=Limits(wall_s=0.5, cpu_s=100, wall_stretch=20))
+    assert r.verdict is ResourceVerdict.TIMEOUT and r.waited_s > 0
+    assert r.own_s is not None and r.own_s >= 0.5, r  # its own time ran out, not the wall-clock cap
+
+
+async def test_a_stretched_sleeper_gets_no_more_than_its_deadline(sandbox):
+    r = await sandbox.exec("sleep 30", limits=Limits(wall_s=0.5, wall_stretch=10))
+    # Sleeping is the run's own time: it ran out, the deadline was not stretched to the cap.
+    assert r.verdict is ResourceVerdict.TIMEOUT and r.own_s is not None and r.own_s >= 0.5, r
+
+
+async def test_processes_that_keep_each_other_waiting_do_not_stretch_their_deadline(sandbox):
+    # Eight busy processes on one CPU wait most of the time, for each other: the stretch ends
+    # when the tree used its CPU budget, long before the wall-clock cap (20 x 10 s).
+    spin8 = "for i in 1 2 3 4 5 6 7 8; do python3 -c 'while True: pass' & done; wait"
+    with busy_cpu(0):
+        r = await sandbox.exec(spin8, limits=Limits(wall_s=10, cpu_s=2, wall_stretch=20))
+    assert r.verdict is ResourceVerdict.TIMEOUT and r.own_s is not None and r.own_s < 10, r
 
 
 async def test_cpu_limit(sandbox):
