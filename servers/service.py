@@ -46,6 +46,17 @@ def error(status: int, message: str, detail: Any = None) -> Reply:
     return status, {"error": message, "detail": detail}
 
 
+def failure_class_of(exc: BaseException) -> FailureClass:
+    """The class of an exception our side raised (never the response's doing): a deadline is
+    ``timeout``, a sandbox's or container's failure (sandboxes' ``SandboxError`` family, matched by
+    name: servers do not import sandboxes) ``sandbox_error``, anything else ``verifier_error``."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return FailureClass.TIMEOUT
+    if any("sandbox" in cls.__name__.lower() for cls in type(exc).__mro__):
+        return FailureClass.SANDBOX_ERROR
+    return FailureClass.VERIFIER_ERROR
+
+
 def validation_detail(exc: ValidationError, prefix: str = "") -> list[dict[str, Any]]:
     """Pydantic errors as ``[{"loc": "response.output.0.type", "msg": ...}]`` (the field path)."""
     out = []
@@ -281,8 +292,7 @@ class EnvService:
                 failure = SessionFailure(FailureClass.INVALID_ROW, str(exc))
             except Exception as exc:  # noqa: BLE001
                 log.exception("seed_session failed in %s", self.env.name)
-                cls = FailureClass.TIMEOUT if isinstance(exc, asyncio.TimeoutError) else FailureClass.SANDBOX_ERROR \
-                    if "sandbox" in type(exc).__name__.lower() else FailureClass.VERIFIER_ERROR
+                cls = failure_class_of(exc)
                 detail = f"seed_session failed: {type(exc).__name__}: {exc}"
                 if mode == REJECT:
                     # Infrastructure trouble is retryable (503 + Retry-After, the client backs off);
@@ -343,8 +353,14 @@ class EnvService:
         except asyncio.TimeoutError:
             return 200, {"error": f"tool {name!r} timed out", FAILURE_CLASS_KEY: FailureClass.TIMEOUT.value}
         except Exception as exc:  # noqa: BLE001 - tool errors go back to the model as data, never a 500
+            # Not a ToolError: our side failed (a sandbox, a container, a bug), not the model's
+            # call. The model still gets the error as data, and the session remembers it, so its
+            # verify answers a masked sample: a rollout whose environment broke is never scored.
             log.exception("tool %s failed in %s", name, self.env.name)
-            return 200, {"error": f"tool {name!r} failed: {type(exc).__name__}: {exc}"}
+            cls, detail = failure_class_of(exc), f"tool {name!r} failed: {type(exc).__name__}: {exc}"
+            if session is not None and session.failure is None:
+                session.failure = SessionFailure(cls, detail)
+            return 200, {"error": detail, FAILURE_CLASS_KEY: cls.value}
         return 200, result
 
     async def call_endpoint(self, name: str, body: Any) -> Reply:

@@ -158,3 +158,29 @@ async def test_unverified_sessions_are_freed_by_expiry(ttl):
             assert len(server.server.service.sessions) == 0 and server.server.service.sessions.expired == 100
     finally:
         await server.stop()
+
+
+@pytest.mark.parametrize("raised, failure", [(RuntimeError("database handle closed"), "verifier_error"),
+                                             (type("LostOutputError", (type("SandboxError", (RuntimeError,), {}),), {})(
+                                                 "output lost"), "sandbox_error")])
+async def test_a_tool_that_breaks_on_our_side_masks_its_rollout(raised, failure):
+    """A tool that raises something other than ToolError failed on the environment's side: the model
+    gets the error as data, and the session's verify answers a masked sample with the class, never a
+    reward for a rollout whose environment broke."""
+    server = await _server()
+    try:
+        service = server.server.service
+        tool = "customer_relationship_manager_search_customers"
+
+        async def broken(state, args):
+            raise raised
+
+        setattr(service.env, service.env.tools()[tool].method_name, broken)
+        async with EnvClient({ENV: server.url}, retries=0) as client:
+            session = await client.seed_session(ENV, REASSIGN_ROW)
+            status, body = await client.call_tool(session, tool, AKIRA_LEADS)
+            assert status == 200 and body["_ng_failure_class"] == failure and type(raised).__name__ in body["error"]
+            reply = await client.verify(ENV, REASSIGN_ROW, response_from_text("Done."), session=session)
+        assert reply["reward"] == 0.0 and reply["_ng_failure_class"] == failure and reply.get("mask_sample") is True
+    finally:
+        await server.stop()
