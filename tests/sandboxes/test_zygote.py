@@ -75,7 +75,7 @@ os.environ['LEFT'] = '1'
     r = await sandbox.exec_python(code=leave)
     assert r.ok and int(r.text()) >= 0, r
     await _assert_only_zygote(sandbox)
-    probe = ("import ctypes, os\nprint(os.listdir('/tmp'), os.path.exists('/dev/shm/left'),\n"
+    probe = ("import ctypes, os\nprint(sorted(os.listdir('/tmp')), os.path.exists('/dev/shm/left'),\n"
              "      ctypes.CDLL(None).shmget(4242, 0, 0), 'LEFT' in os.environ, len(os.listdir('/proc')))")
     r = await sandbox.exec_python(code=probe)
     assert r.ok, r
