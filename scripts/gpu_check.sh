@@ -5,11 +5,19 @@
 #   bash scripts/gpu_check.sh [OUT_DIR]        (default: $OUT, else ./gpu_check_out)
 # Each benchmark prints one JSON object into OUT_DIR/gpu_decode_<geometry>.json; record a result
 # with `python benchmarks/record.py` as for any other benchmark (see docs/benchmarks.md).
+# On a machine without the repo's Python dependencies (a lent GPU box whose image has torch and
+# transformers only), GPU_CHECK_WHEELS=DIR installs the wheels in DIR (pydantic, orjson, ...) into a
+# private folder first and puts it and the repo on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu_check_out}}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_check_site \
+    "$GPU_CHECK_WHEELS"/*.whl || exit 2
+  export PYTHONPATH=/tmp/gpu_check_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "gpu_check: torch sees no CUDA device")' || exit 2
 timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfEs tests/model_server/test_decode_engine_cuda.py \
   tests/model_server/test_ipc_transfer_cuda.py tests/trainer/test_device.py 2>&1 | tee "$out/pytest.txt" | tail -25
